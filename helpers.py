@@ -1,0 +1,607 @@
+"""Shared helpers for the fused-kernel notebooks and tests.
+
+One function per job:
+
+* environment  -- ``gpu_available``, ``environment_report``, ``git_commit``
+* build        -- ``load_kernel`` (``kernels/<name>.cu`` through ``load_inline``, cached by source hash)
+* parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``)
+* timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
+* results      -- ``save_results``, ``load_results``, ``plot_timings``, ``plot_roofline``
+
+Units: times in milliseconds (``*_ms``), bandwidth in TB/s, arithmetic in TFLOP/s, sizes in bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as _dt
+import hashlib
+import inspect
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parent
+KERNELS_DIR = ROOT / "kernels"
+RESULTS_DIR = Path(os.environ.get("FUSED_RESULTS_DIR", ROOT / "results"))
+BUILD_DIR = Path(os.environ.get("FUSED_KERNELS_BUILD_DIR", ROOT / ".build"))
+NO_GPU_ARCH = "90"  # compile target when no GPU is visible (H100, so CI can compile)
+NVCC_FLAGS = ("-O3", "-lineinfo")
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------
+
+def gpu_available() -> bool:
+    """True when PyTorch sees a CUDA GPU (the kernels need one to run; building does not)."""
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def git_commit() -> str:
+    """Short commit of this checkout, '+dirty' when tracked files changed; $FUSED_GIT_COMMIT wins."""
+    if os.environ.get("FUSED_GIT_COMMIT"):
+        return os.environ["FUSED_GIT_COMMIT"]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _nvidia_driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "n/a"
+    except (OSError, subprocess.SubprocessError):
+        return "n/a"
+
+
+def environment_report() -> dict:
+    """GPU, driver, torch, CUDA, cuDNN, nvcc, TF32 flags, Python, git commit and UTC date, as a dict."""
+    report = {
+        "gpu": "none (no CUDA GPU visible)",
+        "capability": None,
+        "sm_count": None,
+        "l2_MB": None,
+        "driver": _nvidia_driver(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nvcc": _nvcc_version_string(),
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    if gpu_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        report.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
+                      sm_count=props.multi_processor_count,
+                      l2_MB=round(getattr(props, "L2_cache_size", 0) / 2**20, 1))
+    return report
+
+
+def stamp(env: Mapping) -> str:
+    """One line naming where a figure was measured: GPU | torch | CUDA | commit | date."""
+    return (f"{env['gpu']} | torch {env['torch']} | CUDA {env['torch_cuda']} | "
+            f"commit {env['git_commit']} | {env['date']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Build
+# ---------------------------------------------------------------------------------------------
+
+class KernelBuildError(RuntimeError):
+    """The toolchain is missing or mismatched, or nvcc rejected a kernel source."""
+
+
+def _cuda_home() -> Path | None:
+    """The CUDA toolkit root: $CUDA_HOME/$CUDA_PATH, else where nvcc lives, else /usr/local/cuda.
+
+    PyTorch guesses dirname(dirname(which nvcc)), which is wrong when nvcc on PATH is a wrapper
+    script (e.g. /usr/local/bin/nvcc); a root counts only if it has bin/nvcc and the CUDA headers.
+    """
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    candidates += ["/usr/local/cuda", *sorted(map(str, Path("/usr/local").glob("cuda-*")), reverse=True)]
+    for c in candidates:
+        if c and (Path(c) / "bin" / "nvcc").exists() and (Path(c) / "include" / "cuda_runtime.h").exists():
+            return Path(c)
+    return None
+
+
+def _nvcc_version_string() -> str | None:
+    home = _cuda_home()
+    if home is None:
+        return None
+    try:
+        out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+\.\d+)", out)
+    return match.group(1) if match else None
+
+
+def check_toolchain() -> Path:
+    """Raise KernelBuildError unless torch has CUDA, ninja is on PATH and nvcc's major matches torch's.
+
+    Returns the CUDA toolkit root that builds will use.
+    """
+    if torch.version.cuda is None:
+        raise KernelBuildError(f"This PyTorch ({torch.__version__}) is a CPU-only build: install a CUDA "
+                               "build of PyTorch to compile the kernels.")
+    home = _cuda_home()
+    if home is None:
+        raise KernelBuildError(
+            "nvcc was not found: install the CUDA toolkit (its major version must match PyTorch's CUDA "
+            f"{torch.version.cuda}) and put its bin/ on PATH or set CUDA_HOME to its root.")
+    nvcc = _nvcc_version_string()
+    if nvcc is None:
+        raise KernelBuildError(f"Could not read the version of {home / 'bin' / 'nvcc'}.")
+    if nvcc.split(".")[0] != torch.version.cuda.split(".")[0]:
+        raise KernelBuildError(
+            f"nvcc at {home} is CUDA {nvcc} but PyTorch was built with CUDA {torch.version.cuda}: the "
+            "major versions must match. Point CUDA_HOME at a matching toolkit or install the PyTorch "
+            "build for your toolkit.")
+    if shutil.which("ninja") is None and not (Path(sys.executable).parent / "ninja").exists():
+        raise KernelBuildError("ninja is required to build the kernels: pip install ninja")
+    return home
+
+
+def target_arch() -> str:
+    """Compute capability to compile for, as digits ('90'): the current GPU's, else sm_90."""
+    if gpu_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}{minor}"
+    return NO_GPU_ARCH
+
+
+def _readable_build_error(log: str) -> str:
+    """Put the compiler's error lines first; the full log follows."""
+    errors = [ln for ln in log.splitlines() if re.search(r"\berror\b", ln, re.IGNORECASE)]
+    head = "\n".join(errors[:20]) if errors else "(no line mentions 'error'; see the log)"
+    return f"{head}\n\n----- full build log -----\n{log}"
+
+
+_LOADED: dict[str, object] = {}
+
+
+def load_kernel(name: str, *, verbose: bool = False, quiet: bool = False):
+    """Build (or load from cache) ``kernels/<name>.cu`` as a Python extension module.
+
+    The source holds its own pybind11 binding. The build directory is keyed by a hash of the
+    source, the target architecture, the flags and the torch/nvcc versions, so a changed source
+    rebuilds and an unchanged one loads in well under a second. Compiles with -O3 and -lineinfo
+    for the visible GPU's architecture, or sm_90 when no GPU is visible.
+    """
+    source_path = KERNELS_DIR / f"{name}.cu"
+    if not source_path.exists():
+        raise FileNotFoundError(f"no kernel source {source_path}")
+    source = source_path.read_text()
+    home = check_toolchain()
+    arch = target_arch()
+    flags = [*NVCC_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    key = "\n".join([source, arch, *flags, torch.__version__, _nvcc_version_string() or ""])
+    ext_name = f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if ext_name in _LOADED:
+        return _LOADED[ext_name]
+
+    from torch.utils import cpp_extension  # imported late: it logs a warning on CPU-only machines
+
+    os.environ["CUDA_HOME"] = str(home)
+    cpp_extension.CUDA_HOME = str(home)  # torch computes it at import, possibly from a wrapper script
+    build_dir = BUILD_DIR / ext_name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cached = any(build_dir.glob(f"{ext_name}*.so"))
+    start = time.perf_counter()
+    try:
+        module = cpp_extension.load_inline(
+            name=ext_name, cpp_sources="", cuda_sources=source, extra_cflags=["-O3"],
+            extra_cuda_cflags=flags, build_directory=str(build_dir), with_cuda=True, verbose=verbose)
+    except RuntimeError as err:
+        raise KernelBuildError(f"building kernels/{name}.cu for sm_{arch} failed:\n"
+                               + _readable_build_error(str(err))) from None
+    seconds = time.perf_counter() - start
+    if not quiet:
+        what = "loaded cached" if cached else "built"
+        print(f"{what} kernels/{name}.cu for sm_{arch} in {seconds:.2f} s ({build_dir.relative_to(ROOT) if build_dir.is_relative_to(ROOT) else build_dir})")
+    _LOADED[ext_name] = module
+    return module
+
+
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/<name>.cu`` (for showing in a notebook)."""
+    return (KERNELS_DIR / f"{name}.cu").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Parity (../shared/PARITY.md)
+# ---------------------------------------------------------------------------------------------
+
+class ParityError(AssertionError):
+    """A fused variant missed its parity criterion; the message holds the failing rows."""
+
+
+_NORM_TYPES = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm)
+
+
+@torch.no_grad()
+def randomize_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Fresh weights in place: default init for layers, N(0, 1) for scales, with zeros and negatives.
+
+    Layers with ``reset_parameters`` get PyTorch's default initialisation. The model's own
+    parameters (multipliers, scales) and normalisation weights/biases are drawn from N(0, 1),
+    then element 0 is set to 0 and element 1 made negative, so every check covers a zero and a
+    negative scale. Parameters keep their identity (compiled graphs stay valid).
+    """
+    torch.manual_seed(seed)
+    for module in model.modules():
+        if module is not model and hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    scales = [p for _, p in model.named_parameters(recurse=False)]
+    for module in model.modules():
+        if isinstance(module, _NORM_TYPES):
+            scales += [p for p in (getattr(module, "weight", None), getattr(module, "bias", None))
+                       if p is not None]
+    for p in scales:
+        p.copy_(torch.randn(p.shape, device=p.device, dtype=p.dtype))
+        flat = p.view(-1)
+        if flat.numel() >= 2:
+            flat[0] = 0.0
+        if flat.numel() >= 3:
+            flat[1] = -flat[1].abs()
+
+
+@contextlib.contextmanager
+def strict_fp32():
+    """TF32 off for cuDNN and cuBLAS inside the block (PARITY.md's yardstick), restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def errors_vs(truth: torch.Tensor, out: torch.Tensor) -> dict:
+    """max-abs and relative-L2 error of ``out`` against ``truth`` (computed in float64), and NaN flags."""
+    t = truth.detach().double()
+    o = out.detach().double()
+    diff = o - t
+    return {
+        "max_abs": diff.abs().max().item() if diff.numel() else 0.0,
+        "rel_l2": (diff.norm() / t.norm()).item() if t.numel() and t.norm() > 0 else diff.norm().item(),
+        "nan_where_truth_finite": bool((torch.isnan(o) & ~torch.isnan(t)).any()),
+    }
+
+
+def _call(module: torch.nn.Module, inputs: Sequence[torch.Tensor], out_like: torch.Tensor | None):
+    """Run a fused module; when it takes ``out=``, hand it a NaN-poisoned buffer and insist it is used."""
+    if out_like is not None and "out" in inspect.signature(module.forward).parameters:
+        poisoned = torch.full_like(out_like, float("nan"))
+        result = module(*inputs, out=poisoned)
+        if result.data_ptr() != poisoned.data_ptr():
+            raise ParityError(f"{type(module).__name__} did not write into the out= buffer it was given")
+        return result
+    return module(*inputs)
+
+
+def parity_check(model: torch.nn.Module, fused: Mapping[str, torch.nn.Module], inputs: Sequence[torch.Tensor],
+                 *, compiled: Callable | None = None, tf32: Iterable[str] = (), kernelbench: bool = True,
+                 case: str = "") -> pd.DataFrame:
+    """One parity case: every contender's error against the float64 model, and its verdict.
+
+    ``model`` is the unfused float32 reference (its weights are the case's weights); ``fused``
+    maps names to modules holding the same weights; names in ``tf32`` are judged by the TF32
+    criterion (rel-L2 <= 2e-3, only on unshifted inputs), the others by the fp32-accurate one.
+    Returns one row per contender: max_abs, rel_l2, the limits, KernelBench's allclose vs eager,
+    and ``passed`` (None for the reference rows, which are reported, not judged).
+    """
+    tf32 = set(tf32)
+    with torch.no_grad():
+        truth = copy.deepcopy(model).double()(*[x.double() for x in inputs])
+        with strict_fp32():
+            yardstick = model(*inputs)
+        eager = model(*inputs)
+        outs = {"eager (default flags)": eager, "yardstick (fp32, TF32 off)": yardstick}
+        if compiled is not None:
+            outs["torch.compile"] = compiled(*inputs)
+        for name, module in fused.items():
+            outs[name] = _call(module, inputs, eager)
+
+    yard = errors_vs(truth, yardstick)
+    truth_scale = max(1.0, truth.abs().max().item() if truth.numel() else 0.0)
+    limit_rel = 4 * yard["rel_l2"] + 1e-7
+    limit_abs = 10 * yard["max_abs"] + 1e-6 * truth_scale
+    rows = []
+    for name, out in outs.items():
+        err = errors_vs(truth, out)
+        row = {"case": case, "contender": name, **err, "limit_rel_l2": None, "limit_max_abs": None,
+               "kernelbench_allclose": None, "passed": None}
+        if out.shape != truth.shape:
+            row.update(passed=False, mode="shape mismatch")
+            rows.append(row)
+            continue
+        if kernelbench:
+            row["kernelbench_allclose"] = bool(torch.allclose(out, eager, atol=1e-2, rtol=1e-2))
+        if name in fused:
+            if name in tf32:
+                row.update(mode="tf32", limit_rel_l2=2e-3)
+                passed = err["rel_l2"] <= 2e-3 if kernelbench else None  # not promised off [0, 1)
+            else:
+                row.update(mode="fp32", limit_rel_l2=limit_rel, limit_max_abs=limit_abs)
+                passed = err["rel_l2"] <= limit_rel and err["max_abs"] <= limit_abs
+            if passed is not None:
+                passed = passed and not err["nan_where_truth_finite"]
+                if kernelbench:
+                    passed = passed and row["kernelbench_allclose"]
+            row["passed"] = passed
+        else:
+            row["mode"] = "reference"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def parity_sweep(model: torch.nn.Module, fused: Mapping[str, torch.nn.Module],
+                 make_inputs: Callable[[int], Sequence[torch.Tensor]], seeds: Iterable[int] = (0, 1, 2),
+                 *, shifts: Iterable[float] = (0.0, 100.0), compiled: Callable | None = None,
+                 tf32: Iterable[str] = (), raise_on_failure: bool = True) -> pd.DataFrame:
+    """``parity_check`` over fresh weights and inputs for each seed, and each input shift.
+
+    For each seed: ``randomize_parameters(model, seed)``, copy the weights into every fused
+    module, draw ``make_inputs(seed)`` (expected in [0, 1)) and check it as drawn and shifted by
+    each of ``shifts`` (KernelBench's allclose applies to the unshifted inputs only). Raises
+    ParityError listing the failing rows when a judged contender fails, unless told not to.
+    """
+    tables = []
+    for seed in seeds:
+        randomize_parameters(model, seed)
+        for module in fused.values():
+            module.load_state_dict(model.state_dict())
+        inputs = make_inputs(seed)
+        for shift in shifts:
+            shifted = [x + shift for x in inputs] if shift else list(inputs)
+            tables.append(parity_check(model, fused, shifted, compiled=compiled, tf32=tf32,
+                                       kernelbench=(shift == 0), case=f"seed {seed}, input +{shift:g}"))
+    report = pd.concat(tables, ignore_index=True)
+    failed = report[report["passed"] == False]  # noqa: E712  (None means not judged)
+    if raise_on_failure and len(failed):
+        raise ParityError("parity failed:\n" + failed.to_string())
+    return report
+
+
+def parity_summary(report: pd.DataFrame) -> pd.DataFrame:
+    """Worst case per contender: max of max_abs and rel_l2, and whether every judged case passed."""
+    judged = report.assign(passed_num=report["passed"].map({True: 1, False: 0}))
+    return judged.groupby("contender", sort=False).agg(
+        mode=("mode", "first"), worst_max_abs=("max_abs", "max"), worst_rel_l2=("rel_l2", "max"),
+        kernelbench_allclose=("kernelbench_allclose", lambda s: None if s.isna().all() else bool(s.dropna().all())),
+        all_passed=("passed_num", lambda s: None if s.isna().all() else bool(s.min() == 1)),
+        cases=("case", "nunique"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+_FLUSH_BUFFER: dict[int, torch.Tensor] = {}
+
+
+def flush_l2() -> None:
+    """Evict the L2 cache by writing a buffer several times its size (on the current stream)."""
+    device = torch.cuda.current_device()
+    if device not in _FLUSH_BUFFER:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 * 2**20)
+        _FLUSH_BUFFER[device] = torch.empty(max(4 * l2, 256 * 2**20), dtype=torch.int8, device="cuda")
+    _FLUSH_BUFFER[device].zero_()
+
+
+def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200, warmup: int = 10,
+              flush: bool = True) -> pd.DataFrame | None:
+    """Time each contender with CUDA events: ``runs`` runs each after ``warmup``, L2 flushed before each.
+
+    Contenders are interleaved (run i of every contender before run i + 1 of any, in rotating
+    order) so drift in clocks or temperature hits all alike. Returns a DataFrame indexed by
+    contender with median_ms, p10_ms, p90_ms, min_ms, mean_ms, runs and speedup_vs_first
+    (median of the first contender over each median); the per-run samples are in
+    ``df.attrs['samples']``. Without a GPU it prints that and returns None.
+    """
+    if not gpu_available():
+        print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
+        return None
+    if runs < 100:
+        raise ValueError(f"runs={runs}: use at least 100 runs for a median and a spread")
+    names = list(contenders)
+    for _ in range(warmup):
+        for name in names:
+            contenders[name]()
+    torch.cuda.synchronize()
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(runs)] for name in names}
+    for i in range(runs):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for name in order:
+            if flush:
+                flush_l2()
+            start, end = events[name][i]
+            start.record()
+            contenders[name]()
+            end.record()
+    torch.cuda.synchronize()
+    samples = pd.DataFrame([{"contender": name, "run": i, "ms": s.elapsed_time(e)}
+                            for name in names for i, (s, e) in enumerate(events[name])])
+    grouped = samples.groupby("contender", sort=False)["ms"]
+    summary = pd.DataFrame({
+        "median_ms": grouped.median(), "p10_ms": grouped.quantile(0.1), "p90_ms": grouped.quantile(0.9),
+        "min_ms": grouped.min(), "mean_ms": grouped.mean(), "runs": grouped.size()}).loc[names]
+    summary["speedup_vs_first"] = summary["median_ms"].iloc[0] / summary["median_ms"]
+    summary.index.name = "contender"
+    summary.attrs["samples"] = samples
+    return summary
+
+
+def _median_ms(fn: Callable[[], object], reps: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    fn()
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(pd.Series(times).median())
+
+
+def measure_ceilings() -> dict | None:
+    """Measure this GPU's ceilings: copy bandwidth (TB/s, bytes read + written) and GEMM rates.
+
+    ``fp32_TFLOPs`` is an 8192^3 float32 matmul with TF32 off (the FFMA rate), ``tf32_TFLOPs``
+    the same with TF32 on. Takes a few seconds; returns None without a GPU.
+    """
+    if not gpu_available():
+        return None
+    n = 1 << 28  # 1 GiB of float32
+    src = torch.rand(n, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms = _median_ms(lambda: dst.copy_(src), 20)
+    del src, dst
+    a = torch.randn(8192, 8192, device="cuda")
+    b = torch.randn(8192, 8192, device="cuda")
+    flops = 2 * 8192**3
+    with strict_fp32():
+        fp32_ms = _median_ms(lambda: a @ b, 10)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        tf32_ms = _median_ms(lambda: a @ b, 10)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return {"gpu": torch.cuda.get_device_name(), "copy_TBps": 2 * 4 * n / copy_ms / 1e9,
+            "fp32_TFLOPs": flops / fp32_ms / 1e9, "tf32_TFLOPs": flops / tf32_ms / 1e9}
+
+
+# ---------------------------------------------------------------------------------------------
+# Results and plots
+# ---------------------------------------------------------------------------------------------
+
+def save_results(stem: str, env: Mapping, **tables: pd.DataFrame | Mapping) -> Path:
+    """Write ``results/<stem>/<name>.csv`` for each DataFrame (and ``<name>_samples.csv`` for
+    per-run timing samples), ``<name>.json`` for each dict, and ``env.json``. Returns the folder."""
+    folder = RESULTS_DIR / stem
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "env.json").write_text(json.dumps(dict(env), indent=1, default=str) + "\n")
+    for name, table in tables.items():
+        if isinstance(table, pd.DataFrame):
+            table.to_csv(folder / f"{name}.csv")
+            if "samples" in table.attrs:
+                table.attrs["samples"].to_csv(folder / f"{name}_samples.csv", index=False)
+        else:
+            (folder / f"{name}.json").write_text(json.dumps(dict(table), indent=1, default=str) + "\n")
+    return folder
+
+
+def load_results(stem: str) -> dict:
+    """Read back what ``save_results`` wrote: {'env': dict, '<name>': DataFrame or dict, ...}."""
+    folder = RESULTS_DIR / stem
+    if not folder.exists():
+        raise FileNotFoundError(f"no committed results in {folder}: run the notebook on a GPU first")
+    out: dict = {}
+    for path in sorted(folder.glob("*.json")):
+        out[path.stem] = json.loads(path.read_text())
+    for path in sorted(folder.glob("*.csv")):
+        if not path.stem.endswith("_samples"):
+            out[path.stem] = pd.read_csv(path, index_col=0)
+    return out
+
+
+def _save_figure(fig, folder: Path, name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    fig.savefig(folder / f"{name}.png", dpi=150, bbox_inches="tight")
+    fig.savefig(folder / f"{name}.svg", bbox_inches="tight")
+
+
+def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str | None = None,
+                 baseline: str | None = None):
+    """Two bar charts: median time (ms, whiskers p10-p90) and speedup over ``baseline``.
+
+    ``baseline`` defaults to the first row. Stamped with GPU, torch, CUDA, commit and date; saved
+    as results/<save_stem>/timing.png and .svg when ``save_stem`` is given. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    baseline = baseline or summary.index[0]
+    names = list(summary.index)
+    med = summary["median_ms"]
+    err = [med - summary["p10_ms"], summary["p90_ms"] - med]
+    speedup = summary.loc[baseline, "median_ms"] / med
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(12, 0.55 * len(names) + 2.2))
+    ax_t.barh(names, med, xerr=err, color="tab:blue", capsize=3)
+    ax_t.set_xlabel("median time per forward (ms), whiskers p10-p90")
+    for y, v in enumerate(med):
+        ax_t.annotate(f"{v:.3f}", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
+                      fontsize=8)
+    ax_s.barh(names, speedup, color="tab:green")
+    ax_s.axvline(1.0, color="grey", lw=0.8)
+    ax_s.set_xlabel(f"speedup over {baseline} (x)")
+    ax_s.set_yticklabels([])
+    for y, v in enumerate(speedup):
+        ax_s.annotate(f"{v:.2f}x", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
+                      fontsize=8)
+    for ax in (ax_t, ax_s):
+        ax.invert_yaxis()
+        ax.margins(x=0.18)
+    fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
+    fig.tight_layout()
+    if save_stem:
+        _save_figure(fig, RESULTS_DIR / save_stem, "timing")
+    return fig
+
+
+def plot_roofline(summary: pd.DataFrame, floors_ms: Mapping[str, float], env: Mapping, title: str,
+                  save_stem: str | None = None):
+    """Each contender's median time (ms, log scale) against named floors drawn as vertical lines.
+
+    ``floors_ms`` maps a label (e.g. 'bytes: 31.6 MB at 3.0 TB/s') to the time that floor allows.
+    Saved as results/<save_stem>/roofline.png and .svg when ``save_stem`` is given.
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(summary.index)
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(names) + 2.2))
+    ax.barh(names, summary["median_ms"], color="tab:blue")
+    styles = ["--", ":", "-.", (0, (5, 1, 1, 1))]
+    for i, (label, ms) in enumerate(floors_ms.items()):
+        ax.axvline(ms, color=f"C{i + 1}", ls=styles[i % len(styles)], label=f"{label}: {ms:.4f} ms")
+    for y, v in enumerate(summary["median_ms"]):
+        ax.annotate(f"{v:.3f} ms", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
+                    fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("median time per forward (ms, log scale)")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{title}\n{stamp(env)}", fontsize=10)
+    fig.tight_layout()
+    if save_stem:
+        _save_figure(fig, RESULTS_DIR / save_stem, "roofline")
+    return fig

@@ -1,0 +1,181 @@
+"""CPU tests: model A's algebra in plain PyTorch, the KernelBench interface, and helpers.py."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+import helpers
+from kernels import model_a_conv3d_instnorm_clamp_max as A
+
+
+# ---- model A: the algebra the fused tail relies on ------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_model_a_tail_algebra_matches_reference(seed):
+    """Stats of m*y from those of y; bias cancels; zero/negative multipliers; clamp of either sign."""
+    g = torch.Generator().manual_seed(seed)
+    n, c = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+    init = [2, c, 3, (c, 1, 1, 1), *sorted(torch.empty(2).uniform_(-1.5, 1.5, generator=g).tolist())]
+    model = A.Model(*init).double()
+    helpers.randomize_parameters(model, seed)  # puts a 0 and a negative into the multiplier
+    x = torch.rand(n, 2, 5, 6, 7, generator=g, dtype=torch.float64) + (100.0 if seed % 2 else 0.0)
+    y_no_bias = torch.nn.functional.conv3d(x, model.conv.weight)
+    got = A.tail_math_reference(y_no_bias, model.multiplier, model.clamp_min, model.clamp_max)
+    torch.testing.assert_close(got, model(x), atol=1e-9, rtol=1e-9)
+
+
+def test_shifted_float64_sums_survive_a_large_offset():
+    """What pass 1 does: sums of d = y - K in float64 give the variance where float32 E[y^2]-E[y]^2 fails."""
+    y = (torch.randn(12600, dtype=torch.float64) * 1e-2 + 1e3).float()
+    exact = y.double().var(unbiased=False).item()
+    naive32 = (y * y).mean() - y.mean() ** 2  # the collapse the kernel avoids
+    d = (y - y[0]).double()
+    shifted = ((d * d).mean() - d.mean() ** 2).item()
+    assert abs(shifted - exact) / exact < 1e-9
+    assert abs(naive32.item() - exact) / exact > 1e-2
+
+
+def test_kernelbench_interface():
+    init = A.get_init_inputs()
+    assert init == [3, 16, 3, (16, 1, 1, 1), -1.0, 1.0]
+    (x,) = A.get_inputs()
+    assert x.shape == (128, 3, 16, 32, 32) and x.dtype == torch.float32 and 0 <= x.min() and x.max() < 1
+    model, fused = A.Model(*init), A.ModelNew(*init)
+    fused.load_state_dict(model.state_dict())  # same parameter names and shapes
+    assert A.Model(*init)(x[:2]).shape == (2, 14, 30, 30)
+
+
+def test_model_new_refuses_cpu_input_and_bad_multiplier_shape():
+    fused = A.ModelNew(*A.get_init_inputs())
+    with pytest.raises(ValueError, match="CUDA"):
+        fused(torch.rand(1, 3, 8, 8, 8))
+    with pytest.raises(ValueError, match="multiplier_shape"):
+        A.ModelNew(3, 16, 3, (16,), -1.0, 1.0)
+    with pytest.raises(ValueError, match="out_channels"):
+        A.ModelNew(3, 0, 3, (0, 1, 1, 1), -1.0, 1.0)
+
+
+# ---- helpers: parity --------------------------------------------------------------------------
+
+class _Offset(torch.nn.Module):
+    """A 'fused' stand-in: the reference plus a constant, writing into out= when given one."""
+
+    def __init__(self, ref, offset, write_out=True):
+        super().__init__()
+        self.ref, self.offset, self.write_out = ref, offset, write_out
+
+    def forward(self, x, out=None):
+        result = self.ref(x) + self.offset
+        if out is not None and self.write_out:
+            out.copy_(result)
+            return out
+        return result
+
+
+def _tiny_model():
+    return A.Model(2, 4, 3, (4, 1, 1, 1), -0.5, 0.5)
+
+
+def _inputs(seed):
+    return [torch.rand(2, 2, 5, 6, 7, generator=torch.Generator().manual_seed(seed))]
+
+
+def test_parity_passes_an_exact_contender():
+    model = _tiny_model()
+    report = helpers.parity_sweep(model, {"same": _Offset(model, 0.0)}, _inputs, seeds=(0, 1))
+    judged = report[report.contender == "same"]
+    assert len(judged) == 4 and judged.passed.all()
+    assert set(report.contender) == {"eager (default flags)", "yardstick (fp32, TF32 off)", "same"}
+    summary = helpers.parity_summary(report)
+    assert bool(summary.loc["same", "all_passed"])
+
+
+def test_parity_fails_a_contender_off_by_1e_4():
+    model = _tiny_model()
+    with pytest.raises(helpers.ParityError, match="off"):
+        helpers.parity_sweep(model, {"off": _Offset(model, 1e-4)}, _inputs, seeds=(0,))
+
+
+def test_parity_catches_an_unwritten_output():
+    model = _tiny_model()
+    with pytest.raises(helpers.ParityError):
+        helpers.parity_sweep(model, {"lazy": _Offset(model, 0.0, write_out=False)}, _inputs, seeds=(0,))
+
+
+def test_parity_tf32_mode_limit():
+    model = _tiny_model()
+    report = helpers.parity_sweep(model, {"t": _Offset(model, 1e-5)}, _inputs, seeds=(0,), tf32={"t"})
+    assert report[report.contender == "t"].iloc[0]["mode"] == "tf32"
+    with pytest.raises(helpers.ParityError):
+        helpers.parity_sweep(model, {"t": _Offset(model, 0.05)}, _inputs, seeds=(0,), tf32={"t"})
+
+
+def test_errors_vs():
+    truth = torch.tensor([1.0, -2.0, 2.0])
+    err = helpers.errors_vs(truth, torch.tensor([1.0, -2.0, float("nan")]))
+    assert err["nan_where_truth_finite"]
+    err = helpers.errors_vs(truth, torch.tensor([1.0, -2.0, 2.3]))
+    assert math.isclose(err["max_abs"], 0.3, rel_tol=1e-6)
+    assert math.isclose(err["rel_l2"], 0.3 / 3.0, rel_tol=1e-6)
+
+
+def test_randomize_parameters_covers_zero_and_negative():
+    model = _tiny_model()
+    helpers.randomize_parameters(model, 5)
+    m = model.multiplier.view(-1)
+    assert m[0] == 0 and m[1] < 0
+    w1 = model.conv.weight.clone()
+    helpers.randomize_parameters(model, 6)
+    assert not torch.equal(w1, model.conv.weight)
+
+
+# ---- helpers: timing, results, plots, environment, build errors -------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_benchmark_without_gpu_says_so(capsys):
+    assert helpers.benchmark({"x": lambda: None}) is None
+    assert "No CUDA GPU" in capsys.readouterr().out
+    assert helpers.measure_ceilings() is None
+
+
+def test_results_round_trip_and_plots(tmp_path, monkeypatch):
+    monkeypatch.setattr(helpers, "RESULTS_DIR", tmp_path)
+    summary = pd.DataFrame({"median_ms": [1.0, 0.5], "p10_ms": [0.9, 0.45], "p90_ms": [1.1, 0.55]},
+                           index=pd.Index(["eager", "fused"], name="contender"))
+    env = helpers.environment_report()
+    helpers.save_results("demo", env, timing=summary, ceilings={"copy_TBps": 3.0})
+    back = helpers.load_results("demo")
+    assert back["env"]["torch"] == torch.__version__ and back["ceilings"]["copy_TBps"] == 3.0
+    pd.testing.assert_frame_equal(back["timing"], summary)
+    helpers.plot_timings(summary, env, "demo", save_stem="demo")
+    helpers.plot_roofline(summary, {"bytes floor": 0.1}, env, "demo", save_stem="demo")
+    for name in ("timing.png", "timing.svg", "roofline.png", "roofline.svg", "timing.csv", "env.json"):
+        assert (tmp_path / "demo" / name).stat().st_size > 0, name
+
+
+def test_environment_report_fields():
+    env = helpers.environment_report()
+    for key in ("gpu", "driver", "torch", "torch_cuda", "nvcc", "cudnn_allow_tf32", "matmul_allow_tf32",
+                "git_commit", "date"):
+        assert key in env
+    assert env["torch"] in helpers.stamp(env)
+
+
+def test_toolchain_errors_are_clear(monkeypatch):
+    monkeypatch.setattr(helpers, "_cuda_home", lambda: None)
+    with pytest.raises(helpers.KernelBuildError, match="nvcc was not found"):
+        helpers.check_toolchain()
+    monkeypatch.undo()
+    if torch.version.cuda is None:
+        pytest.skip("CPU-only torch")
+    monkeypatch.setattr(helpers, "_nvcc_version_string", lambda: "11.8")
+    with pytest.raises(helpers.KernelBuildError, match="major versions must match"):
+        helpers.check_toolchain()
+
+
+def test_build_error_lines_come_first():
+    log = "ninja: build stopped\n/x/cuda.cu(12): error: identifier \"foo\" is undefined\nmore noise"
+    text = helpers._readable_build_error(log)
+    assert text.splitlines()[0].startswith("/x/cuda.cu(12): error")
+    assert "full build log" in text
