@@ -58,15 +58,16 @@ def test_model_new_refuses_cpu_input_and_bad_multiplier_shape():
 
 # ---- helpers: parity --------------------------------------------------------------------------
 
-class _Offset(torch.nn.Module):
-    """A 'fused' stand-in: the reference plus a constant, writing into out= when given one."""
+class _Offset(A.Model):
+    """A 'fused' stand-in with the model's parameters: its output plus a constant, written into
+    out= when given one (unless told to ignore it)."""
 
-    def __init__(self, ref, offset, write_out=True):
-        super().__init__()
-        self.ref, self.offset, self.write_out = ref, offset, write_out
+    def __init__(self, offset, write_out=True):
+        super().__init__(2, 4, 3, (4, 1, 1, 1), -0.5, 0.5)
+        self.offset, self.write_out = offset, write_out
 
     def forward(self, x, out=None):
-        result = self.ref(x) + self.offset
+        result = super().forward(x) + self.offset
         if out is not None and self.write_out:
             out.copy_(result)
             return out
@@ -83,7 +84,7 @@ def _inputs(seed):
 
 def test_parity_passes_an_exact_contender():
     model = _tiny_model()
-    report = helpers.parity_sweep(model, {"same": _Offset(model, 0.0)}, _inputs, seeds=(0, 1))
+    report = helpers.parity_sweep(model, {"same": _Offset(0.0)}, _inputs, seeds=(0, 1))
     judged = report[report.contender == "same"]
     assert len(judged) == 4 and judged.passed.all()
     assert set(report.contender) == {"eager (default flags)", "yardstick (fp32, TF32 off)", "same"}
@@ -94,21 +95,21 @@ def test_parity_passes_an_exact_contender():
 def test_parity_fails_a_contender_off_by_1e_4():
     model = _tiny_model()
     with pytest.raises(helpers.ParityError, match="off"):
-        helpers.parity_sweep(model, {"off": _Offset(model, 1e-4)}, _inputs, seeds=(0,))
+        helpers.parity_sweep(model, {"off": _Offset(1e-4)}, _inputs, seeds=(0,))
 
 
 def test_parity_catches_an_unwritten_output():
     model = _tiny_model()
     with pytest.raises(helpers.ParityError):
-        helpers.parity_sweep(model, {"lazy": _Offset(model, 0.0, write_out=False)}, _inputs, seeds=(0,))
+        helpers.parity_sweep(model, {"lazy": _Offset(0.0, write_out=False)}, _inputs, seeds=(0,))
 
 
 def test_parity_tf32_mode_limit():
     model = _tiny_model()
-    report = helpers.parity_sweep(model, {"t": _Offset(model, 1e-5)}, _inputs, seeds=(0,), tf32={"t"})
+    report = helpers.parity_sweep(model, {"t": _Offset(1e-5)}, _inputs, seeds=(0,), tf32={"t"})
     assert report[report.contender == "t"].iloc[0]["mode"] == "tf32"
     with pytest.raises(helpers.ParityError):
-        helpers.parity_sweep(model, {"t": _Offset(model, 0.05)}, _inputs, seeds=(0,), tf32={"t"})
+        helpers.parity_sweep(model, {"t": _Offset(0.05)}, _inputs, seeds=(0,), tf32={"t"})
 
 
 def test_errors_vs():
