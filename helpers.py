@@ -177,7 +177,8 @@ def target_arch() -> str:
 
 def _readable_build_error(log: str) -> str:
     """Put the compiler's error lines first; the full log follows."""
-    errors = [ln for ln in log.splitlines() if re.search(r"\berror\b", ln, re.IGNORECASE)]
+    errors = [ln for ln in log.splitlines()  # compiler diagnostics, not ninja's command echo
+              if re.search(r"\berror\b", ln) and not ln.lstrip().startswith(("[", "FAILED:"))]
     head = "\n".join(errors[:20]) if errors else "(no line mentions 'error'; see the log)"
     return f"{head}\n\n----- full build log -----\n{log}"
 
@@ -599,7 +600,7 @@ def plot_roofline(summary: pd.DataFrame, floors_ms: Mapping[str, float], env: Ma
     ax.set_xscale("log")
     ax.set_xlabel("median time per forward (ms, log scale)")
     ax.invert_yaxis()
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     ax.set_title(f"{title}\n{stamp(env)}", fontsize=10)
     fig.tight_layout()
     if save_stem:

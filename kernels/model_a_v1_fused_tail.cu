@@ -57,6 +57,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <cstdint>
+#include <string>
 
 namespace model_a_v1 {
 
@@ -257,31 +258,45 @@ normalize_clamp_max_kernel(const float* __restrict__ y, const double2* __restric
 // Host launcher
 // ---------------------------------------------------------------------------------------------
 
+// "(2, 3, 4)": a shape for an error message, built without iostreams.
+inline std::string str_of(c10::IntArrayRef sizes) {
+    std::string text = "(";
+    for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+    return text + ")";
+}
+
+
 torch::Tensor fused_tail(const torch::Tensor& y, const torch::Tensor& multiplier, double clamp_min,
                          double clamp_max, double eps, torch::Tensor out) {
-    TORCH_CHECK(y.is_cuda(), "fused_tail: y (the conv output) must be a CUDA tensor, got ", y.device());
-    TORCH_CHECK(y.scalar_type() == torch::kFloat32, "fused_tail: y must be float32, got ", y.scalar_type());
-    TORCH_CHECK(y.dim() == 5, "fused_tail: y must be 5-D (N, C, D, H, W), got ", y.dim(), "-D ", y.sizes());
+    // Messages get numbers, shapes and devices as std::string (see str_of): streaming numbers
+    // into TORCH_CHECK from nvcc-compiled host code crashed one GPU host instead of raising.
+    TORCH_CHECK(y.is_cuda(), "fused_tail: y (the conv output) must be a CUDA tensor, got one on ",
+                y.device().str());
+    TORCH_CHECK(y.scalar_type() == torch::kFloat32, "fused_tail: y must be float32, got ",
+                c10::toString(y.scalar_type()));
+    TORCH_CHECK(y.dim() == 5, "fused_tail: y must be 5-D (N, C, D, H, W), got shape ", str_of(y.sizes()));
     TORCH_CHECK(y.is_contiguous(), "fused_tail: y must be contiguous (NCDHW)");
     const int64_t N = y.size(0), C = y.size(1);
     const int64_t S = y.size(2) * y.size(3) * y.size(4);
-    TORCH_CHECK(C >= 1 && C <= kMaxChannels, "fused_tail: y has ", C, " channels; supported: 1 to ",
-                kMaxChannels);
-    TORCH_CHECK(multiplier.device() == y.device(), "fused_tail: multiplier must be on ", y.device(),
-                ", got ", multiplier.device());
+    TORCH_CHECK(C >= 1 && C <= kMaxChannels, "fused_tail: y has ", std::to_string(C),
+                " channels; supported: 1 to ", std::to_string(kMaxChannels));
+    TORCH_CHECK(multiplier.device() == y.device(), "fused_tail: multiplier must be on ", y.device().str(),
+                ", got ", multiplier.device().str());
     TORCH_CHECK(multiplier.scalar_type() == torch::kFloat32, "fused_tail: multiplier must be float32, got ",
-                multiplier.scalar_type());
+                c10::toString(multiplier.scalar_type()));
     TORCH_CHECK(multiplier.is_contiguous(), "fused_tail: multiplier must be contiguous");
-    TORCH_CHECK(multiplier.numel() == C, "fused_tail: multiplier must hold one value per channel (", C,
-                "), got ", multiplier.numel(), " values of shape ", multiplier.sizes());
-    TORCH_CHECK(out.device() == y.device(), "fused_tail: out must be on ", y.device(), ", got ", out.device());
-    TORCH_CHECK(out.scalar_type() == torch::kFloat32, "fused_tail: out must be float32, got ", out.scalar_type());
+    TORCH_CHECK(multiplier.numel() == C, "fused_tail: multiplier must hold one value per channel (",
+                std::to_string(C), "), got shape ", str_of(multiplier.sizes()));
+    TORCH_CHECK(out.device() == y.device(), "fused_tail: out must be on ", y.device().str(), ", got ",
+                out.device().str());
+    TORCH_CHECK(out.scalar_type() == torch::kFloat32, "fused_tail: out must be float32, got ",
+                c10::toString(out.scalar_type()));
     TORCH_CHECK(out.is_contiguous(), "fused_tail: out must be contiguous");
-    TORCH_CHECK(out.dim() == 4, "fused_tail: out must be 4-D (N, D, H, W), got ", out.dim(), "-D");
-    TORCH_CHECK(out.size(0) == N && out.size(1) == y.size(2) && out.size(2) == y.size(3) &&
+    TORCH_CHECK(out.dim() == 4 && out.size(0) == N && out.size(1) == y.size(2) && out.size(2) == y.size(3) &&
                     out.size(3) == y.size(4),
-                "fused_tail: out must have shape (N, D, H, W) of y = ", y.sizes(), ", got ", out.sizes());
-    TORCH_CHECK(eps > 0.0, "fused_tail: eps must be > 0, got ", eps);
+                "fused_tail: out must have shape (N, D, H, W) of y ", str_of(y.sizes()), ", got ",
+                str_of(out.sizes()));
+    TORCH_CHECK(eps > 0.0, "fused_tail: eps must be > 0, got ", std::to_string(eps));
     if (out.numel() == 0) return out;
 
     const c10::cuda::CUDAGuard device_guard(y.device());
@@ -300,7 +315,7 @@ torch::Tensor fused_tail(const torch::Tensor& y, const torch::Tensor& multiplier
     }
     const int64_t chunk_size = (S + chunks - 1) / chunks;
     chunks = (S + chunk_size - 1) / chunk_size;  // no empty chunk
-    TORCH_CHECK(planes * chunks < (1LL << 31), "fused_tail: too many planes (", planes, ")");
+    TORCH_CHECK(planes * chunks < (1LL << 31), "fused_tail: too many planes: ", std::to_string(planes));
 
     auto partial = torch::empty({planes * chunks, 2}, y.options().dtype(torch::kFloat64));
     auto* partial_ptr = reinterpret_cast<double2*>(partial.data_ptr<double>());
@@ -309,7 +324,8 @@ torch::Tensor fused_tail(const torch::Tensor& y, const torch::Tensor& multiplier
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 
     const int64_t tiles = (S + kTailPositionsPerBlock - 1) / kTailPositionsPerBlock;
-    TORCH_CHECK(N * tiles < (1LL << 31), "fused_tail: output too large (", N * tiles, " blocks)");
+    TORCH_CHECK(N * tiles < (1LL << 31), "fused_tail: output too large: ", std::to_string(N * tiles),
+                " blocks");
     const size_t smem = static_cast<size_t>(C) * sizeof(float4);
     const bool vec4 = S % 4 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;

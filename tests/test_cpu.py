@@ -176,7 +176,8 @@ def test_toolchain_errors_are_clear(monkeypatch):
 
 
 def test_build_error_lines_come_first():
-    log = "ninja: build stopped\n/x/cuda.cu(12): error: identifier \"foo\" is undefined\nmore noise"
+    log = ("Error building extension 'k': [1/3] nvcc -c cuda.cu\nFAILED: cuda.cuda.o\n"
+           "/x/cuda.cu(12): error: identifier \"foo\" is undefined\nninja: build stopped")
     text = helpers._readable_build_error(log)
     assert text.splitlines()[0].startswith("/x/cuda.cu(12): error")
     assert "full build log" in text
