@@ -33,11 +33,45 @@ def execute(path: Path, save_to: Path, timeout: int) -> float:
     return time.perf_counter() - start
 
 
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def readme_results() -> str:
+    """A Markdown table of every results/<model>/timing.csv (median ms, speedups), with its stamp."""
+    import pandas as pd
+
+    blocks = []
+    for folder in sorted(p for p in helpers.RESULTS_DIR.iterdir() if (p / "timing.csv").exists()):
+        res = helpers.load_results(folder.name)
+        t = res["timing"].rename(index=str.strip)
+        table = pd.DataFrame({"median (ms)": t["median_ms"].map("{:.4f}".format),
+                              "p10-p90 (ms)": [f"{a:.4f}-{b:.4f}" for a, b in zip(t["p10_ms"], t["p90_ms"])],
+                              "vs eager": [("-" if name.startswith("part:") else f"{t.loc['eager', 'median_ms'] / v:.2f}x")
+                                           for name, v in t["median_ms"].items()]},
+                             index=t.index)
+        blocks.append(f"**{folder.name}** - {helpers.stamp(res['env'])}\n\n{table.to_markdown()}")
+    return "\n\n".join(blocks)
+
+
+def update_readme() -> None:
+    """Rewrite the README's results section (between the markers) from results/."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_START}\n{readme_results()}\n{README_END}{tail}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument("--readme-only", action="store_true",
+                        help="only rewrite the README's results table from results/")
     args = parser.parse_args()
+    if args.readme_only:
+        update_readme()
+        return 0
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
     gpu = helpers.gpu_available()
     print("GPU:", helpers.environment_report()["gpu"])
@@ -48,7 +82,8 @@ def main() -> int:
             where = "saved in place" if gpu else "no-GPU mode, committed outputs left as they are"
             print(f"executed {path.relative_to(ROOT)} in {seconds:.1f} s ({where})")
     if gpu:
-        print("figures and tables: results/")
+        update_readme()
+        print("figures and tables: results/; README results table updated")
     return 0
 
 
