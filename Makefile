@@ -10,7 +10,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
 run: setup

@@ -18,6 +18,7 @@ import datetime as _dt
 import hashlib
 import inspect
 import json
+import logging
 import os
 import platform
 import re
@@ -206,9 +207,14 @@ def load_kernel(name: str, *, verbose: bool = False, quiet: bool = False):
     if ext_name in _LOADED:
         return _LOADED[ext_name]
 
-    from torch.utils import cpp_extension  # imported late: it logs a warning on CPU-only machines
-
     os.environ["CUDA_HOME"] = str(home)
+    cpp_extension_logger = logging.getLogger("torch.utils.cpp_extension")
+    level = cpp_extension_logger.level
+    cpp_extension_logger.setLevel(logging.ERROR)  # its import warns "No CUDA runtime" without a GPU
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        cpp_extension_logger.setLevel(level)
     cpp_extension.CUDA_HOME = str(home)  # torch computes it at import, possibly from a wrapper script
     build_dir = BUILD_DIR / ext_name
     build_dir.mkdir(parents=True, exist_ok=True)

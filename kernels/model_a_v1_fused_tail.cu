@@ -62,6 +62,8 @@
 namespace model_a_v1 {
 
 constexpr int kStatsThreads = 256;
+constexpr int kStatsUnroll = 4;                        // float4 loads in flight per thread, pass 1
+constexpr int64_t kStatsBlocksPerSm = 16;              // pass 1 splits planes below this many blocks
 constexpr int kTailThreads = 256;
 constexpr int kTailPerThread = 4;                      // positions per thread in pass 2
 constexpr int kTailPositionsPerBlock = kTailThreads * kTailPerThread;
@@ -122,14 +124,14 @@ plane_stats_kernel(const float* __restrict__ y, double2* __restrict__ partial,
     double s1 = 0.0, s2 = 0.0;
     if (threadIdx.x < head) accumulate(__ldg(p + threadIdx.x), shift, s1, s2);
 
-    // Four independent 16-byte loads in flight per thread before any arithmetic.
+    // kStatsUnroll independent 16-byte loads in flight per thread before any arithmetic.
     int64_t i = threadIdx.x;
-    for (; i + 3 * kStatsThreads < body4; i += 4 * kStatsThreads) {
-        float4 v[4];
+    for (; i + (kStatsUnroll - 1) * kStatsThreads < body4; i += kStatsUnroll * kStatsThreads) {
+        float4 v[kStatsUnroll];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = __ldg(body + i + u * kStatsThreads);
+        for (int u = 0; u < kStatsUnroll; ++u) v[u] = __ldg(body + i + u * kStatsThreads);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < kStatsUnroll; ++u) {
             accumulate(v[u].x, shift, s1, s2);
             accumulate(v[u].y, shift, s1, s2);
             accumulate(v[u].z, shift, s1, s2);
@@ -307,7 +309,7 @@ torch::Tensor fused_tail(const torch::Tensor& y, const torch::Tensor& multiplier
     // Pass 1 grid: one block per plane, or more chunks per plane when there are too few planes
     // to fill the GPU (about 8 resident blocks of 256 threads per SM, two waves).
     const int64_t planes = N * C;
-    const int64_t target_blocks = 16LL * num_sms;
+    const int64_t target_blocks = kStatsBlocksPerSm * num_sms;
     int64_t chunks = 1;
     if (planes < target_blocks) {
         const int64_t max_chunks = std::max<int64_t>(1, (S + kMinChunk - 1) / kMinChunk);

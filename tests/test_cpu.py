@@ -54,6 +54,8 @@ def test_model_new_refuses_cpu_input_and_bad_multiplier_shape():
         A.ModelNew(3, 16, 3, (16,), -1.0, 1.0)
     with pytest.raises(ValueError, match="out_channels"):
         A.ModelNew(3, 0, 3, (0, 1, 1, 1), -1.0, 1.0)
+    with pytest.raises(ValueError, match="out_channels"):
+        A.ModelNew(3, 8193, 3, (8193, 1, 1, 1), -1.0, 1.0)
 
 
 # ---- helpers: parity --------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def _random_config(rng: random.Random):
     k = rng.randint(1, 5)
     lo = rng.uniform(-2.0, 1.0)
     hi = lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])  # lo == hi included; either sign
-    init = [rng.randint(1, 8), rng.randint(1, 40), k, None, lo, hi]
+    init = [rng.randint(1, 16), rng.choice([rng.randint(1, 40), rng.randint(41, 130)]), k, None, lo, hi]
     init[3] = (init[1], 1, 1, 1)
     shape = (rng.choice([1, 1, 2, 3, 5]), init[0], *(k + rng.randint(0, 19) for _ in range(3)))
     return init, shape
@@ -178,3 +178,23 @@ def test_repeatable():
     first = fused(x)
     for _ in range(5):
         assert torch.equal(fused(x), first)
+
+
+def test_many_channels_use_large_shared_memory():
+    """4000 channels: 64 KB of per-channel coefficients, past the 48 KB default (opt-in path)."""
+    init = [2, 4000, 1, (4000, 1, 1, 1), -0.7, 0.6]
+    model, fused = _pair(init)
+    helpers.parity_sweep(model, {"v1": fused}, lambda seed: [torch.rand(2, 2, 3, 4, 5, device="cuda")],
+                         seeds=(11,), shifts=(0.0,))
+
+
+def test_runs_on_the_current_stream():
+    model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -1.0, 1.0])
+    x = torch.rand(3, 3, 10, 12, 14, device="cuda")
+    expected = fused(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = fused(x)
+    side.synchronize()
+    assert torch.equal(got, expected)
