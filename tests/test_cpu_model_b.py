@@ -1,0 +1,61 @@
+"""Model B on the CPU: the pool-before-affine identity (v2) in plain PyTorch, and the interface."""
+import pytest
+import torch
+
+import helpers
+from kernels import model_b_conv2d_groupnorm_pool as B
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pool_first_identity_matches_reference(seed):
+    """Negative and zero gamma and scale, pools that do and do not divide, clamp of either sign."""
+    g = torch.Generator().manual_seed(seed)
+    groups = int(torch.randint(1, 4, (1,), generator=g))
+    c_out = groups * int(torch.randint(1, 4, (1,), generator=g))
+    pool = int(torch.randint(1, 6, (1,), generator=g))
+    lo, hi = sorted(torch.empty(2).uniform_(-1.5, 1.5, generator=g).tolist())
+    model = B.Model(3, c_out, 3, groups, (c_out, 1, 1), pool, lo, hi).double()
+    helpers.randomize_parameters(model, seed)  # zero and negative entries in gamma, beta and scale
+    h, w = 2 + pool + int(torch.randint(0, 9, (1,), generator=g)), 2 + pool + int(torch.randint(0, 9, (1,), generator=g))
+    x = torch.rand(2, 3, h, w, generator=g, dtype=torch.float64) + (100.0 if seed % 2 else 0.0)
+    y = model.conv(x)
+    got = B.pool_first_reference(y, model.group_norm.weight, model.group_norm.bias, model.scale, groups, pool,
+                                 lo, hi)
+    torch.testing.assert_close(got, model(x), atol=1e-9, rtol=1e-9)
+
+
+def test_statistics_include_rows_outside_every_window():
+    """126 rows pooled by 4: rows 124-125 are in no window but in the GroupNorm statistics."""
+    model = B.Model(1, 2, 1, 1, (2, 1, 1), 4, -10.0, 10.0).double()
+    x = torch.rand(1, 1, 6, 6, dtype=torch.float64)
+    x[..., 4:, :] += 50.0  # only the unpooled rows move the mean
+    y = model.conv(x)
+    got = B.pool_first_reference(y, model.group_norm.weight, model.group_norm.bias, model.scale, 1, 4, -10, 10)
+    torch.testing.assert_close(got, model(x))
+    x2 = x.clone()
+    x2[..., 4:, :] -= 50.0
+    assert not torch.allclose(model(x2), model(x))
+
+
+def test_kernelbench_interface():
+    init = B.get_init_inputs()
+    assert init == [8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0]
+    (x,) = B.get_inputs()
+    assert x.shape == (128, 8, 128, 128)
+    model, fused = B.Model(*init), B.ModelNew(*init)
+    fused.load_state_dict(model.state_dict())
+    assert model(x[:1]).shape == (1, 64, 31, 31)
+
+
+def test_model_new_refuses_bad_configuration_and_cpu_input():
+    init = B.get_init_inputs()
+    with pytest.raises(ValueError, match="CUDA"):
+        B.ModelNew(*init)(torch.rand(1, 8, 16, 16))
+    with pytest.raises(ValueError, match="scale_shape"):
+        B.ModelNew(8, 64, 3, 16, (64,), 4, 0.0, 1.0)
+    with pytest.raises(ValueError, match="variant"):
+        B.ModelNew(*init, variant="v9")
+    with pytest.raises(ValueError, match="maxpool_kernel_size"):
+        B.ModelNew(8, 64, 3, 16, (64, 1, 1), 17, 0.0, 1.0)
+    with pytest.raises(ValueError):
+        B.ModelNew(8, 64, 3, 12, (64, 1, 1), 4, 0.0, 1.0)  # 12 groups do not divide 64

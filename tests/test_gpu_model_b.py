@@ -1,0 +1,130 @@
+"""Model B (KernelBench L2-85) v1 and v2 on the GPU: parity as PARITY.md defines it, generality, bad inputs."""
+import random
+
+import pytest
+import torch
+
+import helpers
+from kernels import model_b_conv2d_groupnorm_pool as B
+
+pytestmark = pytest.mark.gpu
+
+
+def _models(init, **kwargs):
+    torch.manual_seed(0)
+    model = B.Model(*init).cuda()
+    fused = {v: B.ModelNew(*init, variant=v, **kwargs).cuda() for v in ("v1", "v2")}
+    return model, fused
+
+
+def test_kernelbench_size_parity():
+    model, fused = _models(B.get_init_inputs())
+    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand(B.batch_size, B.in_channels, B.height,
+                                                                         B.width, device="cuda")], seeds=(0, 1))
+    assert report[report.contender.isin(["v1", "v2"])].passed.all()
+
+
+def test_first_release_size_parity():
+    init = [3, 16, 3, 8, (16, 1, 1), 2, -1.0, 1.0]
+    model, fused = _models(init)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(128, 3, 32, 32, device="cuda")], seeds=(2,))
+
+
+def test_tf32_mode_parity():
+    model, fused = _models(B.get_init_inputs(), allow_tf32=True)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(16, 8, 128, 128, device="cuda")], seeds=(3,),
+                         tf32={"v1", "v2"})
+
+
+def _random_config(rng: random.Random):
+    groups = rng.randint(1, 8)
+    c_out = groups * rng.randint(1, 6)
+    k = rng.choice([1, 3, 5])
+    pool = rng.randint(1, 8)
+    lo = rng.uniform(-2.0, 1.0)
+    hi = lo + rng.uniform(0.0, 2.5)
+    init = [rng.randint(1, 12), c_out, k, groups, (c_out, 1, 1), pool, lo, hi]
+    shape = (rng.choice([1, 1, 2, 3, 5]), init[0], k - 1 + pool + rng.randint(0, 40),
+             k - 1 + pool + rng.randint(0, 40))
+    return init, shape
+
+
+@pytest.mark.parametrize("index", range(50))
+def test_random_configurations_parity(index):
+    init, shape = _random_config(random.Random(2000 + index))
+    model, fused = _models(init)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,))
+
+
+def test_window_larger_than_input_raises_like_pytorch():
+    model, fused = _models([3, 4, 3, 2, (4, 1, 1), 8, 0.0, 1.0])
+    x = torch.rand(1, 3, 8, 8, device="cuda")  # conv output 6 x 6 < pool 8
+    with pytest.raises(RuntimeError):
+        model(x)
+    with pytest.raises(ValueError, match="larger than the conv output"):
+        fused["v2"](x)
+
+
+def test_non_contiguous_channels_last_and_empty_batch():
+    model, fused = _models([3, 8, 3, 4, (8, 1, 1), 3, -0.5, 0.5])
+    helpers.randomize_parameters(model, 4)
+    for f in fused.values():
+        f.load_state_dict(model.state_dict())
+    x = torch.rand(2, 3, 20, 23, device="cuda")
+    expected = model.double()(x.double())
+    for name, xi in {"channels_last": x.to(memory_format=torch.channels_last),
+                     "transposed view": x.transpose(2, 3).contiguous().transpose(2, 3)}.items():
+        for v, f in fused.items():
+            torch.testing.assert_close(f(xi).double(), expected, atol=1e-5, rtol=1e-5, msg=f"{name} {v}")
+    assert fused["v2"](torch.rand(0, 3, 20, 23, device="cuda")).shape == (0, 8, 6, 7)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: torch.rand(2, 8, 16, 16), "CUDA"),
+    (lambda: torch.rand(2, 8, 16, 16, device="cuda", dtype=torch.float64), "float32"),
+    (lambda: torch.rand(2, 8, 16, 16, device="cuda", dtype=torch.float16), "float32"),
+    (lambda: torch.rand(8, 16, 16, device="cuda"), "unbatched"),
+    (lambda: torch.rand(2, 7, 16, 16, device="cuda"), "in_channels=8"),
+])
+def test_bad_inputs_raise_clearly(make, message):
+    _, fused = _models([8, 16, 3, 4, (16, 1, 1), 2, 0.0, 1.0])
+    with pytest.raises((ValueError, TypeError), match=message):
+        fused["v2"](make())
+
+
+def test_extension_checks_name_the_argument():
+    ext = B._load_extension()
+    y = torch.rand(2, 4, 9, 9, device="cuda")
+    p = torch.rand(4, device="cuda")
+    out = torch.empty(2, 4, 4, 4, device="cuda")
+    ok = (y, p, p, p, p, 2, 2, 0.0, 1.0, 1e-5, True, out)
+    cases = {
+        "groups .* must divide": {5: 3},
+        "pool must be in": {6: 0},
+        "is larger than the conv output": {6: 10},
+        "gamma must hold one value per channel": {2: p[:3]},
+        "scale must be on": {4: p.cpu()},
+        "out must have shape": {11: out[:1]},
+        "y must be 4-D": {0: y[0]},
+        "eps must be > 0": {9: 0.0},
+    }
+    for pattern, change in cases.items():
+        args = list(ok)
+        for i, v in change.items():
+            args[i] = v
+        with pytest.raises(RuntimeError, match=pattern):
+            ext.fused_tail(*args)
+
+
+def test_no_allocation_beyond_conv_output_and_pooled_output():
+    init = B.get_init_inputs()
+    _, fused = _models(init)
+    x = torch.rand(B.batch_size, B.in_channels, B.height, B.width, device="cuda")
+    fused["v2"](x)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fused["v2"](x)
+    torch.cuda.synchronize()
+    conv_out = B.batch_size * B.out_channels * 126 * 126 * 4
+    assert torch.cuda.max_memory_allocated() - before < 1.2 * conv_out
