@@ -1,0 +1,52 @@
+"""Model C on the CPU: the monotone pool-first identity (v2) in plain PyTorch, and the interface."""
+import pytest
+import torch
+
+import helpers
+from kernels import model_c_convtranspose3d_leaky_pool as C
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pool_first_identity_matches_reference(seed):
+    """Negative and zero multipliers, stride 1-3, odd sizes, inputs shifted by +100."""
+    g = torch.Generator().manual_seed(seed)
+    k, s = int(torch.randint(1, 6, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
+    p = int(torch.randint(0, k, (1,), generator=g))
+    op = int(torch.randint(0, s, (1,), generator=g))
+    c_out = int(torch.randint(1, 7, (1,), generator=g))
+    model = C.Model(3, c_out, k, s, p, op, (c_out, 1, 1, 1)).double()
+    helpers.randomize_parameters(model, seed)  # a zero and a negative multiplier
+    x = torch.rand(2, 3, 4, 5, 6, generator=g, dtype=torch.float64) + (100.0 if seed % 2 else 0.0)
+    got = C.pool_first_reference(model.conv_transpose(x), model.multiplier, 0.2, 2)
+    torch.testing.assert_close(got, model(x), atol=1e-9, rtol=1e-9)
+
+
+def test_identity_needs_a_monotone_leaky():
+    """With a negative slope leaky is not monotone and the rewrite is wrong: ModelNew falls back to v1."""
+    y = torch.tensor([-3.0, 1.0]).reshape(1, 1, 1, 1, 2).expand(1, 1, 2, 2, 2).contiguous()
+    m = torch.tensor([1.0])
+    direct = torch.nn.functional.max_pool3d(torch.nn.functional.leaky_relu(
+        m * torch.nn.functional.leaky_relu(y, -0.5), -0.5), 2)
+    assert not torch.equal(C.pool_first_reference(y, m, -0.5, 2), direct)
+
+
+def test_kernelbench_interface():
+    init = C.get_init_inputs()
+    assert init == [16, 32, 3, 2, 1, 1, (32, 1, 1, 1)]
+    (x,) = C.get_inputs()
+    assert x.shape == (16, 16, 16, 32, 32)
+    model, fused = C.Model(*init), C.ModelNew(*init)
+    fused.load_state_dict(model.state_dict())
+    assert model(x[:1, :, :4, :4, :4]).shape == (1, 32, 4, 4, 4)
+
+
+def test_model_new_refuses_bad_configuration_and_cpu_input():
+    init = C.get_init_inputs()
+    with pytest.raises(ValueError, match="CUDA"):
+        C.ModelNew(*init)(torch.rand(1, 16, 4, 4, 4))
+    with pytest.raises(ValueError, match="multiplier_shape"):
+        C.ModelNew(16, 32, 3, 2, 1, 1, (32,))
+    with pytest.raises(ValueError, match="variant"):
+        C.ModelNew(*init, variant="v3")
+    with pytest.raises(ValueError, match="pool"):
+        C.ModelNew(*init, pool=9)

@@ -1,0 +1,130 @@
+"""Model C (KernelBench L2-74) v1 and v2 on the GPU: parity, generality, bad inputs, gradients."""
+import random
+
+import pytest
+import torch
+
+import helpers
+from kernels import model_c_convtranspose3d_leaky_pool as C
+
+pytestmark = pytest.mark.gpu
+
+
+def _models(init, **kwargs):
+    torch.manual_seed(0)
+    model = C.Model(*init).cuda()
+    fused = {v: C.ModelNew(*init, variant=v, **kwargs).cuda() for v in ("v1", "v2")}
+    return model, fused
+
+
+def test_kernelbench_size_parity():
+    model, fused = _models(C.get_init_inputs())
+    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand(C.batch_size, C.in_channels, C.depth,
+                                                                         C.height, C.width, device="cuda")],
+                                  seeds=(0, 1))
+    assert report[report.contender.isin(["v1", "v2"])].passed.all()
+
+
+def test_tf32_mode_parity():
+    model, fused = _models(C.get_init_inputs(), allow_tf32=True)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(4, 16, 16, 32, 32, device="cuda")], seeds=(3,),
+                         tf32={"v1", "v2"})
+
+
+def _random_config(rng: random.Random):
+    k, s = rng.randint(1, 5), rng.randint(1, 3)
+    p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
+    c_out = rng.randint(1, 24)
+    init = [rng.randint(1, 12), c_out, k, s, p, op, (c_out, 1, 1, 1)]
+    spatial = [rng.randint(2, 9) for _ in range(3)]
+    return init, (rng.choice([1, 1, 2, 3]), init[0], *spatial)
+
+
+@pytest.mark.parametrize("index", range(50))
+def test_random_configurations_parity(index):
+    init, shape = _random_config(random.Random(3000 + index))
+    model, fused = _models(init)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,))
+
+
+@pytest.mark.parametrize("slope, pool", [(0.0, 2), (0.01, 3), (1.0, 2), (-0.3, 2)])
+def test_other_slopes_and_pools(slope, pool):
+    """Negative slope: leaky is not monotone, v2 must fall back to v1 and still be right."""
+    init = [4, 6, 3, 2, 1, 1, (6, 1, 1, 1)]
+    model = C.Model(*init).cuda()
+    model.leaky_relu.negative_slope = slope
+    model.max_pool = torch.nn.MaxPool3d(pool)
+    fused = {v: C.ModelNew(*init, variant=v, negative_slope=slope, pool=pool).cuda() for v in ("v1", "v2")}
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(2, 4, 7, 9, 8, device="cuda")], seeds=(5,))
+
+
+def test_gradients_match_float64():
+    init = [4, 6, 3, 2, 1, 1, (6, 1, 1, 1)]
+    model = C.Model(*init).cuda()
+    helpers.randomize_parameters(model, 9)
+    fused = C.ModelNew(*init).cuda()
+    fused.load_state_dict(model.state_dict())
+    ref = C.Model(*init).cuda().double()
+    ref.load_state_dict(model.state_dict())
+    x = torch.rand(2, 4, 5, 6, 7, device="cuda", requires_grad=True)
+    x64 = x.detach().double().requires_grad_()
+    grad_out = torch.randn(2, 6, 5, 6, 7, device="cuda")
+    fused(x).backward(grad_out)
+    ref(x64).backward(grad_out.double())
+    pairs = {"x": (x.grad, x64.grad), "weight": (fused.conv_transpose.weight.grad, ref.conv_transpose.weight.grad),
+             "bias": (fused.conv_transpose.bias.grad, ref.conv_transpose.bias.grad),
+             "multiplier": (fused.multiplier.grad, ref.multiplier.grad)}
+    for name, (got, want) in pairs.items():
+        assert got is not None, name
+        err = helpers.errors_vs(want, got)
+        assert err["rel_l2"] < 1e-5, (name, err)
+
+
+def test_non_contiguous_channels_last_and_empty_batch():
+    model, fused = _models([3, 5, 3, 2, 1, 1, (5, 1, 1, 1)])
+    x = torch.rand(2, 3, 5, 6, 7, device="cuda")
+    with torch.no_grad():
+        expected = model.double()(x.double())
+        for name, xi in {"channels_last_3d": x.to(memory_format=torch.channels_last_3d),
+                         "transposed view": x.transpose(3, 4).contiguous().transpose(3, 4)}.items():
+            for v, f in fused.items():
+                f.load_state_dict(model.state_dict())
+                torch.testing.assert_close(f(xi).double(), expected, atol=1e-5, rtol=1e-5, msg=f"{name} {v}")
+        assert fused["v2"](torch.rand(0, 3, 5, 6, 7, device="cuda")).shape == (0, 5, 5, 6, 7)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: torch.rand(2, 16, 4, 4, 4), "CUDA"),
+    (lambda: torch.rand(2, 16, 4, 4, 4, device="cuda", dtype=torch.float64), "float32"),
+    (lambda: torch.rand(2, 16, 4, 4, 4, device="cuda", dtype=torch.float16), "float32"),
+    (lambda: torch.rand(16, 4, 4, 4, device="cuda"), "unbatched"),
+    (lambda: torch.rand(2, 15, 4, 4, 4, device="cuda"), "in_channels=16"),
+])
+def test_bad_inputs_raise_clearly(make, message):
+    _, fused = _models(C.get_init_inputs())
+    with pytest.raises((ValueError, TypeError), match=message):
+        fused["v2"](make())
+
+
+def test_pool_larger_than_output_raises():
+    init = [2, 3, 1, 1, 0, 0, (3, 1, 1, 1)]
+    fused = C.ModelNew(*init, pool=4).cuda()
+    with pytest.raises(ValueError, match="larger than the conv output"):
+        fused(torch.rand(1, 2, 3, 8, 8, device="cuda"))
+
+
+def test_extension_checks_name_the_argument():
+    ext = C._load_extension()
+    y = torch.rand(2, 3, 4, 4, 4, device="cuda")
+    p = torch.rand(3, device="cuda")
+    out = torch.empty(2, 3, 2, 2, 2, device="cuda")
+    ok = (y, p, p, 0.2, 2, True, out)
+    cases = {"pool must be in": {4: 0}, "is larger than the conv output": {4: 5},
+             "multiplier must hold one value per channel": {2: p[:2]}, "bias must be on": {1: p.cpu()},
+             "out must have shape": {6: out[:1]}, "y must be 5-D": {0: y[0]}}
+    for pattern, change in cases.items():
+        args = list(ok)
+        for i, v in change.items():
+            args[i] = v
+        with pytest.raises(RuntimeError, match=pattern):
+            ext.fused_tail(*args)
