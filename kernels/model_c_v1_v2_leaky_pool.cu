@@ -23,7 +23,9 @@
 //   out        : (N, C, D / P, H / P, W / P) float32, contiguous; every element is written
 //
 // Envelope (checked; anything outside raises a RuntimeError naming the argument)
-//   N >= 0 (N = 0 returns at once), C >= 1, 1 <= P <= min(D, H, W), P <= 8, any slope.
+//   N >= 0 (N = 0 returns at once), C >= 1, 1 <= P <= min(D, H, W), P <= 8, any slope, fewer
+//   than 2^31 pooled outputs per (n, c) plane. P = 2 with W % 4 == 0 takes a float4 path (two
+//   outputs per thread); any other case a scalar path.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_c_v1_v2", cpp_sources="",
@@ -58,50 +60,102 @@ __device__ __forceinline__ float tail_map(float v, float bias, float m, float sl
 __device__ __forceinline__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
 __device__ __forceinline__ float nan_min(float a, float b) { return (b < a || b != b) ? b : a; }
 
+// One window's result from its values: v2 pools then applies f once, v1 applies f to each value.
+template <bool POOL_FIRST, int COUNT>
+__device__ __forceinline__ float window_result(const float (&v)[COUNT], float b, float m, float slope) {
+    if (POOL_FIRST && slope >= 0.f) {
+        float q = v[0];
+        if (m >= 0.f) {
+#pragma unroll
+            for (int i = 1; i < COUNT; ++i) q = nan_max(q, v[i]);
+        } else {
+#pragma unroll
+            for (int i = 1; i < COUNT; ++i) q = nan_min(q, v[i]);
+        }
+        return tail_map(q, b, m, slope);
+    }
+    float r = tail_map(v[0], b, m, slope);
+#pragma unroll
+    for (int i = 1; i < COUNT; ++i) r = nan_max(r, tail_map(v[i], b, m, slope));
+    return r;
+}
+
 // ---------------------------------------------------------------------------------------------
-// The kernel: one thread per pooled output, outputs in NCDHW order (coalesced along W)
+// Kernels. grid = (tiles of one plane's pooled outputs, planes); blockIdx.y strides over the
+// N * C planes so any count fits; in-plane indices are 32-bit (checked on the host).
 // ---------------------------------------------------------------------------------------------
+
+// P = 2, W % 4 == 0, 16-byte aligned: each thread makes two adjacent outputs from four float4
+// loads (2 depths x 2 rows x 4 columns) and writes them as one float2.
 template <bool POOL_FIRST>
 __global__ void __launch_bounds__(kThreads)
-leaky_mul_leaky_pool_kernel(const float* __restrict__ y, const float* __restrict__ bias,
-                            const float* __restrict__ multiplier, float* __restrict__ out, int channels,
-                            int depth, int height, int width, int pool, float slope, int64_t total) {
-    const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-    if (index >= total) return;
-    const int pw_count = width / pool, ph_count = height / pool, pd_count = depth / pool;
-    const int pw = static_cast<int>(index % pw_count);
-    const int ph = static_cast<int>((index / pw_count) % ph_count);
-    const int pd = static_cast<int>((index / (static_cast<int64_t>(pw_count) * ph_count)) % pd_count);
-    const int64_t plane = index / (static_cast<int64_t>(pw_count) * ph_count * pd_count);  // n * C + c
-    const int c = static_cast<int>(plane % channels);
-    const float b = __ldg(bias + c), m = __ldg(multiplier + c);
-
-    const float* window = y + plane * depth * height * width +
-                          (static_cast<int64_t>(pd) * pool * height + static_cast<int64_t>(ph) * pool) * width +
-                          static_cast<int64_t>(pw) * pool;
-    float result;
-    if (POOL_FIRST && slope >= 0.f) {
-        // v2: one pool (max where f is non-decreasing, min where non-increasing), one f.
-        const bool take_max = m >= 0.f;
-        float q = take_max ? -INFINITY : INFINITY;
-        for (int r = 0; r < pool; ++r)
-            for (int s = 0; s < pool; ++s)
-                for (int t = 0; t < pool; ++t) {
-                    const float v = __ldg(window + (static_cast<int64_t>(r) * height + s) * width + t);
-                    q = take_max ? nan_max(q, v) : nan_min(q, v);
-                }
-        result = tail_map(q, b, m, slope);
-    } else {
-        // v1 (and v2 with a negative slope): f on every element, then the max.
-        result = -INFINITY;
-        for (int r = 0; r < pool; ++r)
-            for (int s = 0; s < pool; ++s)
-                for (int t = 0; t < pool; ++t) {
-                    const float v = __ldg(window + (static_cast<int64_t>(r) * height + s) * width + t);
-                    result = nan_max(result, tail_map(v, b, m, slope));
-                }
+pool2_vec_kernel(const float* __restrict__ y, const float* __restrict__ bias, const float* __restrict__ multiplier,
+                 float* __restrict__ out, int channels, int64_t planes, int depth, int height, int width,
+                 float slope) {
+    const int pw_pairs = width / 4, ph_count = height / 2, pd_count = depth / 2;
+    const int pairs_per_plane = pd_count * ph_count * pw_pairs;
+    const int pair = blockIdx.x * kThreads + threadIdx.x;
+    if (pair >= pairs_per_plane) return;
+    const int pq = pair % pw_pairs, ph = (pair / pw_pairs) % ph_count, pd = pair / (pw_pairs * ph_count);
+    for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+        const int c = static_cast<int>(plane % channels);
+        const float b = __ldg(bias + c), m = __ldg(multiplier + c);
+        const float* base = y + plane * depth * height * width +
+                            (static_cast<int64_t>(2 * pd) * height + 2 * ph) * width + 4 * pq;
+        float4 v[4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                v[2 * t + r] = __ldg(reinterpret_cast<const float4*>(base + (static_cast<int64_t>(t) * height + r) * width));
+        const float left[8] = {v[0].x, v[0].y, v[1].x, v[1].y, v[2].x, v[2].y, v[3].x, v[3].y};
+        const float right[8] = {v[0].z, v[0].w, v[1].z, v[1].w, v[2].z, v[2].w, v[3].z, v[3].w};
+        const float2 result = make_float2(window_result<POOL_FIRST>(left, b, m, slope),
+                                          window_result<POOL_FIRST>(right, b, m, slope));
+        *reinterpret_cast<float2*>(out + plane * (2LL * pairs_per_plane) + 2LL * pair) = result;
     }
-    out[index] = result;
+}
+
+// Any P: one thread per pooled output, scalar loads.
+template <bool POOL_FIRST>
+__global__ void __launch_bounds__(kThreads)
+pool_any_kernel(const float* __restrict__ y, const float* __restrict__ bias, const float* __restrict__ multiplier,
+                float* __restrict__ out, int channels, int64_t planes, int depth, int height, int width, int pool,
+                float slope) {
+    const int pw_count = width / pool, ph_count = height / pool, pd_count = depth / pool;
+    const int per_plane = pd_count * ph_count * pw_count;
+    const int index = blockIdx.x * kThreads + threadIdx.x;
+    if (index >= per_plane) return;
+    const int pw = index % pw_count, ph = (index / pw_count) % ph_count, pd = index / (pw_count * ph_count);
+    for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+        const int c = static_cast<int>(plane % channels);
+        const float b = __ldg(bias + c), m = __ldg(multiplier + c);
+        const float* window = y + plane * depth * height * width +
+                              (static_cast<int64_t>(pd) * pool * height + ph * pool) * width + pw * pool;
+        float result;
+        if (POOL_FIRST && slope >= 0.f) {
+            // v2: one pool (max where f is non-decreasing, min where non-increasing), one f.
+            const bool take_max = m >= 0.f;
+            float q = take_max ? -INFINITY : INFINITY;
+            for (int t = 0; t < pool; ++t)
+                for (int r = 0; r < pool; ++r)
+                    for (int s = 0; s < pool; ++s) {
+                        const float v = __ldg(window + (static_cast<int64_t>(t) * height + r) * width + s);
+                        q = take_max ? nan_max(q, v) : nan_min(q, v);
+                    }
+            result = tail_map(q, b, m, slope);
+        } else {
+            // v1 (and v2 with a negative slope): f on every element, then the max.
+            result = -INFINITY;
+            for (int t = 0; t < pool; ++t)
+                for (int r = 0; r < pool; ++r)
+                    for (int s = 0; s < pool; ++s) {
+                        const float v = __ldg(window + (static_cast<int64_t>(t) * height + r) * width + s);
+                        result = nan_max(result, tail_map(v, b, m, slope));
+                    }
+        }
+        out[plane * per_plane + index] = result;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,17 +210,29 @@ torch::Tensor fused_tail(const torch::Tensor& y, const torch::Tensor& bias, cons
 
     const c10::cuda::CUDAGuard device_guard(y.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const int64_t blocks = (total + kThreads - 1) / kThreads;
-    TORCH_CHECK(blocks < (1LL << 31), "fused_tail: output too large: ", std::to_string(total), " elements");
-    const auto launch = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-            y.data_ptr<float>(), bias.data_ptr<float>(), multiplier.data_ptr<float>(), out.data_ptr<float>(),
-            static_cast<int>(C), static_cast<int>(D), static_cast<int>(H), static_cast<int>(W),
-            static_cast<int>(pool), static_cast<float>(slope), total);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    if (pool_first) launch(leaky_mul_leaky_pool_kernel<true>);
-    else launch(leaky_mul_leaky_pool_kernel<false>);
+    const int64_t per_plane = total / (N * C);
+    TORCH_CHECK(per_plane < (1LL << 31), "fused_tail: more than 2^31 pooled outputs per plane: ",
+                std::to_string(per_plane));
+    const int64_t planes = N * C;
+    const unsigned grid_y = static_cast<unsigned>(std::min<int64_t>(planes, 65535));
+    const bool vec = pool == 2 && W % 4 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(out.data_ptr()) % 8 == 0;
+    if (vec) {
+        const dim3 grid(static_cast<unsigned>((per_plane / 2 + kThreads - 1) / kThreads), grid_y);
+        const auto kernel = pool_first ? pool2_vec_kernel<true> : pool2_vec_kernel<false>;
+        kernel<<<grid, kThreads, 0, stream>>>(y.data_ptr<float>(), bias.data_ptr<float>(),
+                                             multiplier.data_ptr<float>(), out.data_ptr<float>(),
+                                             static_cast<int>(C), planes, static_cast<int>(D), static_cast<int>(H),
+                                             static_cast<int>(W), static_cast<float>(slope));
+    } else {
+        const dim3 grid(static_cast<unsigned>((per_plane + kThreads - 1) / kThreads), grid_y);
+        const auto kernel = pool_first ? pool_any_kernel<true> : pool_any_kernel<false>;
+        kernel<<<grid, kThreads, 0, stream>>>(y.data_ptr<float>(), bias.data_ptr<float>(),
+                                             multiplier.data_ptr<float>(), out.data_ptr<float>(),
+                                             static_cast<int>(C), planes, static_cast<int>(D), static_cast<int>(H),
+                                             static_cast<int>(W), static_cast<int>(pool), static_cast<float>(slope));
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
 
