@@ -290,6 +290,40 @@ def strict_fp32():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def cudnn_tf32(allow: bool):
+    """Context manager: cuDNN may use TF32 inside the block iff ``allow`` (its other flags kept).
+
+    The fused models run their cuDNN convolution under this, so that ``allow_tf32=False`` gives an
+    fp32-accurate conv whatever the global ``torch.backends.cudnn.allow_tf32`` says.
+    """
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                       allow_tf32=allow)
+
+
+def check_input(x, *, spatial_dims: int, in_channels: int, device: torch.device, who: str = "ModelNew") -> None:
+    """Raise TypeError/ValueError naming the problem unless ``x`` is a float32 CUDA tensor of shape
+    (N, in_channels, *spatial) with ``spatial_dims`` spatial dimensions, on ``device``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who}: input x must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cuda":
+        raise ValueError(f"{who}: input x must be a CUDA tensor, got one on {x.device} "
+                         "(the fused kernels run on NVIDIA GPUs only; use x.cuda())")
+    if x.dtype != torch.float32:
+        raise ValueError(f"{who}: input x must be float32, got {x.dtype}")
+    rank = spatial_dims + 2
+    dims = ", ".join("DHW"[3 - spatial_dims:])
+    if x.dim() != rank:
+        hint = (f" (the unbatched (C, {dims}) form is not supported: use x.unsqueeze(0))"
+                if x.dim() == rank - 1 else "")
+        raise ValueError(f"{who}: input x must be {rank}-D (N, C_in, {dims}), got {x.dim()}-D shape "
+                         f"{tuple(x.shape)}{hint}")
+    if x.shape[1] != in_channels:
+        raise ValueError(f"{who}: input x has {x.shape[1]} channels, expected in_channels={in_channels}")
+    if x.device != device:
+        raise ValueError(f"{who}: input x is on {x.device} but the parameters are on {device}")
+
+
 def errors_vs(truth: torch.Tensor, out: torch.Tensor) -> dict:
     """max-abs and relative-L2 error of ``out`` against ``truth`` (computed in float64), and NaN flags.
 

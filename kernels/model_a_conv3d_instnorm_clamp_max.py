@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import helpers  # the repository root must be on sys.path
+
 KERNEL = "model_a_v1_fused_tail"
 
 # KernelBench size
@@ -85,9 +87,7 @@ _extension = None
 def _load_extension():
     global _extension
     if _extension is None:
-        from helpers import load_kernel  # the repository root must be on sys.path
-
-        _extension = load_kernel(KERNEL)
+        _extension = helpers.load_kernel(KERNEL)
     return _extension
 
 
@@ -114,33 +114,13 @@ class ModelNew(nn.Module):
         self.clamp_max = float(clamp_max)
         self.allow_tf32 = bool(allow_tf32)
 
-    def _check_input(self, x) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"ModelNew: input x must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cuda":
-            raise ValueError(f"ModelNew: input x must be a CUDA tensor, got one on {x.device} "
-                             "(the fused kernels run on NVIDIA GPUs only; use x.cuda())")
-        if x.dtype != torch.float32:
-            raise ValueError(f"ModelNew: input x must be float32, got {x.dtype}")
-        if x.dim() != 5:
-            hint = " (the unbatched (C, D, H, W) form is not supported: use x.unsqueeze(0))" if x.dim() == 4 else ""
-            raise ValueError(f"ModelNew: input x must be 5-D (N, C_in, D, H, W), got {x.dim()}-D shape "
-                             f"{tuple(x.shape)}{hint}")
-        if x.shape[1] != self.conv.in_channels:
-            raise ValueError(f"ModelNew: input x has {x.shape[1]} channels, expected in_channels="
-                             f"{self.conv.in_channels}")
-        if x.device != self.conv.weight.device:
-            raise ValueError(f"ModelNew: input x is on {x.device} but the parameters are on "
-                             f"{self.conv.weight.device}")
-
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it."""
-        self._check_input(x)
+        helpers.check_input(x, spatial_dims=3, in_channels=self.conv.in_channels,
+                            device=self.conv.weight.device)
         # A contiguous input gives cuDNN's NCDHW output; channels-last inputs would give a
         # channels-last conv output, and making that contiguous would copy the largest tensor.
-        with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
-                                        deterministic=torch.backends.cudnn.deterministic,
-                                        allow_tf32=self.allow_tf32):
+        with helpers.cudnn_tf32(self.allow_tf32):
             # No bias: InstanceNorm removes any per-channel constant, so the bias cannot change
             # the output, and cuDNN would add it in a separate pass over the conv output.
             y = F.conv3d(x.contiguous(), self.conv.weight, None)

@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import helpers  # the repository root must be on sys.path
+
 KERNEL = "model_b_v1_v2_groupnorm_pool"
 
 # KernelBench size (current release)
@@ -99,9 +101,7 @@ _extension = None
 def _load_extension():
     global _extension
     if _extension is None:
-        from helpers import load_kernel  # the repository root must be on sys.path
-
-        _extension = load_kernel(KERNEL)
+        _extension = helpers.load_kernel(KERNEL)
     return _extension
 
 
@@ -132,31 +132,11 @@ class ModelNew(nn.Module):
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
 
-    def _check_input(self, x) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"ModelNew: input x must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cuda":
-            raise ValueError(f"ModelNew: input x must be a CUDA tensor, got one on {x.device} "
-                             "(the fused kernels run on NVIDIA GPUs only; use x.cuda())")
-        if x.dtype != torch.float32:
-            raise ValueError(f"ModelNew: input x must be float32, got {x.dtype}")
-        if x.dim() != 4:
-            hint = " (the unbatched (C, H, W) form is not supported: use x.unsqueeze(0))" if x.dim() == 3 else ""
-            raise ValueError(f"ModelNew: input x must be 4-D (N, C_in, H, W), got {x.dim()}-D shape "
-                             f"{tuple(x.shape)}{hint}")
-        if x.shape[1] != self.conv.in_channels:
-            raise ValueError(f"ModelNew: input x has {x.shape[1]} channels, expected in_channels="
-                             f"{self.conv.in_channels}")
-        if x.device != self.conv.weight.device:
-            raise ValueError(f"ModelNew: input x is on {x.device} but the parameters are on "
-                             f"{self.conv.weight.device}")
-
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, H, W) float32 CUDA -> (N, C_out, H' // P, W' // P); ``out`` optionally receives it."""
-        self._check_input(x)
-        with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
-                                        deterministic=torch.backends.cudnn.deterministic,
-                                        allow_tf32=self.allow_tf32):
+        helpers.check_input(x, spatial_dims=2, in_channels=self.conv.in_channels,
+                            device=self.conv.weight.device)
+        with helpers.cudnn_tf32(self.allow_tf32):
             # No bias here: cuDNN would add it in a separate pass over the whole conv output;
             # the kernels add it on the fly.
             y = F.conv2d(x.contiguous(), self.conv.weight, None)

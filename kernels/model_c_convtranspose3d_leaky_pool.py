@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import helpers  # the repository root must be on sys.path
+
 KERNEL = "model_c_v1_v2_leaky_pool"
 
 # KernelBench size
@@ -85,9 +87,7 @@ _extension = None
 def _load_extension():
     global _extension
     if _extension is None:
-        from helpers import load_kernel  # the repository root must be on sys.path
-
-        _extension = load_kernel(KERNEL)
+        _extension = helpers.load_kernel(KERNEL)
     return _extension
 
 
@@ -106,9 +106,7 @@ class _FusedForwardRecomputedBackward(torch.autograd.Function):
     def forward(ctx, x, weight, bias, multiplier, cfg):
         ctx.save_for_backward(x, weight, bias, multiplier)
         ctx.cfg = cfg
-        with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
-                                        deterministic=torch.backends.cudnn.deterministic,
-                                        allow_tf32=cfg["allow_tf32"]):
+        with helpers.cudnn_tf32(cfg["allow_tf32"]):
             y = F.conv_transpose3d(x, weight, None, stride=cfg["stride"], padding=cfg["padding"],
                                    output_padding=cfg["output_padding"], dilation=cfg["dilation"],
                                    groups=cfg["groups"]).contiguous()
@@ -128,9 +126,7 @@ class _FusedForwardRecomputedBackward(torch.autograd.Function):
         x, weight, bias, multiplier = ctx.saved_tensors
         inputs = [t.detach().requires_grad_(need) for t, need in zip((x, weight, bias, multiplier),
                                                                      ctx.needs_input_grad[:4])]
-        with torch.enable_grad(), torch.backends.cudnn.flags(
-                enabled=True, benchmark=torch.backends.cudnn.benchmark,
-                deterministic=torch.backends.cudnn.deterministic, allow_tf32=ctx.cfg["allow_tf32"]):
+        with torch.enable_grad(), helpers.cudnn_tf32(ctx.cfg["allow_tf32"]):
             out = _unfused(*inputs, ctx.cfg)
             wanted = [t for t in inputs if t.requires_grad]
             grads = iter(torch.autograd.grad(out, wanted, grad_out))
@@ -164,28 +160,10 @@ class ModelNew(nn.Module):
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
 
-    def _check_input(self, x) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"ModelNew: input x must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cuda":
-            raise ValueError(f"ModelNew: input x must be a CUDA tensor, got one on {x.device} "
-                             "(the fused kernels run on NVIDIA GPUs only; use x.cuda())")
-        if x.dtype != torch.float32:
-            raise ValueError(f"ModelNew: input x must be float32, got {x.dtype}")
-        if x.dim() != 5:
-            hint = " (the unbatched (C, D, H, W) form is not supported: use x.unsqueeze(0))" if x.dim() == 4 else ""
-            raise ValueError(f"ModelNew: input x must be 5-D (N, C_in, D, H, W), got {x.dim()}-D shape "
-                             f"{tuple(x.shape)}{hint}")
-        if x.shape[1] != self.conv_transpose.in_channels:
-            raise ValueError(f"ModelNew: input x has {x.shape[1]} channels, expected in_channels="
-                             f"{self.conv_transpose.in_channels}")
-        if x.device != self.multiplier.device:
-            raise ValueError(f"ModelNew: input x is on {x.device} but the parameters are on "
-                             f"{self.multiplier.device}")
-
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, C_out, D'//P, H'//P, W'//P); ``out`` optionally receives it."""
-        self._check_input(x)
+        helpers.check_input(x, spatial_dims=3, in_channels=self.conv_transpose.in_channels,
+                            device=self.multiplier.device)
         ct = self.conv_transpose
         cfg = {"stride": ct.stride, "padding": ct.padding, "output_padding": ct.output_padding,
                "dilation": ct.dilation, "groups": ct.groups, "slope": self.negative_slope, "pool": self.pool,

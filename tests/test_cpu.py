@@ -183,3 +183,17 @@ def test_build_error_lines_come_first():
     text = helpers._readable_build_error(log)
     assert text.splitlines()[0].startswith("/x/cuda.cu(12): error")
     assert "full build log" in text
+
+
+def test_check_input_names_the_problem():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        helpers.check_input([1.0], spatial_dims=3, in_channels=3, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="CUDA"):
+        helpers.check_input(torch.rand(1, 3, 4, 4, 4), spatial_dims=3, in_channels=3, device=torch.device("cpu"))
+
+
+def test_cudnn_tf32_sets_and_restores_the_flag():
+    before = torch.backends.cudnn.allow_tf32
+    with helpers.cudnn_tf32(not before):
+        assert torch.backends.cudnn.allow_tf32 == (not before)
+    assert torch.backends.cudnn.allow_tf32 == before
