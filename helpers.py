@@ -590,8 +590,10 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
                  baseline: str | None = None):
     """Two bar charts: median time (ms, whiskers p10-p90) and speedup over ``baseline``.
 
-    ``baseline`` defaults to the first row. Stamped with GPU, torch, CUDA, commit and date; saved
-    as results/<save_stem>/timing.png and .svg when ``save_stem`` is given. Returns the figure.
+    ``baseline`` defaults to the first row. Rows named "part: ..." (leading spaces allowed) are
+    components timed alone, not whole forwards: they get a time bar but no speedup. Stamped with
+    GPU, torch, CUDA, commit and date; saved as results/<save_stem>/timing.png and .svg when
+    ``save_stem`` is given. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
@@ -599,10 +601,11 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
     names = list(summary.index)
     med = summary["median_ms"]
     err = [med - summary["p10_ms"], summary["p90_ms"] - med]
-    speedup = summary.loc[baseline, "median_ms"] / med
+    is_part = [name.strip().startswith("part:") for name in names]
+    speedup = (summary.loc[baseline, "median_ms"] / med).where([not p for p in is_part], 0.0)
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(12, 0.55 * len(names) + 2.2))
     ax_t.barh(names, med, xerr=err, color="tab:blue", capsize=3)
-    ax_t.set_xlabel("median time per forward (ms), whiskers p10-p90")
+    ax_t.set_xlabel("median time (ms), whiskers p10-p90")
     for y, v in enumerate(med):
         ax_t.annotate(f"{v:.3f}", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
                       fontsize=8)
@@ -610,9 +613,9 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
     ax_s.axvline(1.0, color="grey", lw=0.8)
     ax_s.set_xlabel(f"speedup over {baseline} (x)")
     ax_s.set_yticklabels([])
-    for y, v in enumerate(speedup):
-        ax_s.annotate(f"{v:.2f}x", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
-                      fontsize=8)
+    for y, (v, part) in enumerate(zip(speedup, is_part)):
+        ax_s.annotate("part, timed alone" if part else f"{v:.2f}x", (v, y), xytext=(4, 0),
+                      textcoords="offset points", va="center", fontsize=8, color="grey" if part else "black")
     for ax in (ax_t, ax_s):
         ax.invert_yaxis()
         ax.margins(x=0.18)
@@ -642,7 +645,7 @@ def plot_roofline(summary: pd.DataFrame, floors_ms: Mapping[str, float], env: Ma
         ax.annotate(f"{v:.3f} ms", (v, y), xytext=(4, 0), textcoords="offset points", va="center",
                     fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("median time per forward (ms, log scale)")
+    ax.set_xlabel("median time (ms, log scale)")
     ax.invert_yaxis()
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     ax.set_title(f"{title}\n{stamp(env)}", fontsize=10)
