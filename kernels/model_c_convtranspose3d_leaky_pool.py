@@ -5,11 +5,17 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works), ``get_inputs()`` and
 ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` keeps PyTorch's (cuDNN) ConvTranspose3d, without its bias, and replaces everything
-after it with one pass of ``kernels/model_c_v1_v2_leaky_pool.cu`` that reads the conv output once
-and writes only the pooled output. ``variant="v1"`` applies f(v) = leaky(m * leaky(v + bias)) to
-every element and then max-pools; ``variant="v2"`` (default) pools first -- a max-pool where
-m >= 0, a min-pool where m < 0 (f is monotone for a non-negative slope) -- and applies f once.
+``ModelNew`` has three forward variants:
+
+* ``variant="v3"`` (default): the whole model in one launch of
+  ``kernels/model_c_v3_fused_convtranspose_pool.cu``: the transposed conv is computed on tensor
+  cores per stride phase (3xTF32 split products by default, fp32-accurate; 1xTF32 with
+  ``allow_tf32=True``), pooled in registers, and only the pooled output is written.
+* ``variant="v2"``: PyTorch's (cuDNN) ConvTranspose3d without its bias, then one pass of
+  ``kernels/model_c_v1_v2_leaky_pool.cu`` that pools first -- a max-pool where m >= 0, a min-pool
+  where m < 0 (f is monotone for a non-negative slope) -- and applies f once.
+* ``variant="v1"``: the same conv, then f(v) = leaky(m * leaky(v + bias)) on every element and a
+  max-pool, in one pass.
 
 Autograd: ``ModelNew`` trains. Its backward recomputes the unfused forward with PyTorch ops and
 differentiates that (a first version: the backward costs a full unfused forward plus PyTorch's
@@ -18,7 +24,10 @@ backward), so gradients for the input, the conv weight and bias and the multipli
 Envelope of ``ModelNew``: float32 CUDA input (N, C_in, D, H, W), any N (0 included), any
 configuration ``nn.ConvTranspose3d`` accepts, multiplier of shape (C_out, 1, 1, 1), pool 1..8
 and no larger than the conv output, any negative slope (v2 falls back to v1 when it is
-negative). Anything else raises a ValueError/TypeError naming the argument.
+negative). v3 needs, in addition, the pool to be a multiple of the stride in every dimension
+and C_in x kernel volume small enough for the weight block to sit in shared memory (see the
+.cu header); outside that, v3 runs v2 (``ModelNew.path(x)`` says which one runs and why).
+Anything else raises a ValueError/TypeError naming the argument.
 """
 from __future__ import annotations
 
@@ -29,6 +38,8 @@ import torch.nn.functional as F
 import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_c_v1_v2_leaky_pool"
+KERNEL_V3 = "model_c_v3_fused_convtranspose_pool"
+VARIANTS = ("v1", "v2", "v3")
 
 # KernelBench size
 batch_size = 16
@@ -81,14 +92,37 @@ def pool_first_reference(y: torch.Tensor, multiplier: torch.Tensor, slope: float
     return F.leaky_relu(m * F.leaky_relu(q, slope), slope)
 
 
-_extension = None
+_extensions = {}
 
 
-def _load_extension():
-    global _extension
-    if _extension is None:
-        _extension = helpers.load_kernel(KERNEL)
-    return _extension
+def _load_extension(name: str = KERNEL):
+    """The built extension (cached here so a forward does not re-hash the source)."""
+    if name not in _extensions:
+        _extensions[name] = helpers.load_kernel(name)
+    return _extensions[name]
+
+
+def conv_output_size(in_size, cfg):
+    """Spatial size of conv_transpose3d's output for input spatial size ``in_size`` (dilation 1)."""
+    return tuple((n - 1) * s - 2 * p + k + op for n, s, p, k, op in
+                 zip(in_size, cfg["stride"], cfg["padding"], cfg["kernel"], cfg["output_padding"]))
+
+
+_v3_reasons = {}
+
+
+def v3_unsupported_reason(x_shape, cfg, device_index: int) -> str:
+    """'' when v3's fused kernel handles this input shape and configuration, else why not (cached)."""
+    key = (tuple(x_shape[1:]), cfg["out_channels"], cfg["kernel"], cfg["stride"], cfg["padding"],
+           cfg["output_padding"], cfg["pool"], cfg["groups"], cfg["dilation"], device_index)
+    if key not in _v3_reasons:
+        if cfg["groups"] != 1 or tuple(cfg["dilation"]) != (1, 1, 1):
+            _v3_reasons[key] = "groups and dilation must be 1"
+        else:
+            _v3_reasons[key] = _load_extension(KERNEL_V3).unsupported_reason(
+                list(x_shape[2:]), x_shape[1], cfg["out_channels"], list(cfg["kernel"]), list(cfg["stride"]),
+                list(cfg["padding"]), list(cfg["output_padding"]), cfg["pool"], device_index)
+    return _v3_reasons[key]
 
 
 def _unfused(x, weight, bias, multiplier, cfg):
@@ -100,26 +134,32 @@ def _unfused(x, weight, bias, multiplier, cfg):
 
 
 class _FusedForwardRecomputedBackward(torch.autograd.Function):
-    """Forward: cuDNN transposed conv + the fused kernel. Backward: recompute with PyTorch ops."""
+    """Forward: v3's single kernel, or cuDNN's transposed conv + v1/v2's fused pass.
+    Backward: recompute with PyTorch ops."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, multiplier, cfg):
         ctx.save_for_backward(x, weight, bias, multiplier)
         ctx.cfg = cfg
+        p = cfg["pool"]
+        conv_size = conv_output_size(x.shape[2:], cfg)
+        if min(conv_size) < p:
+            raise ValueError(f"ModelNew: the pool window ({p}) is larger than the conv output "
+                             f"{conv_size}; PyTorch's MaxPool3d refuses this too")
+        out = cfg["out"]
+        if out is None:
+            out = torch.empty((x.shape[0], cfg["out_channels"], *(s // p for s in conv_size)), device=x.device,
+                              dtype=x.dtype)
+        if cfg["path"] == "v3":
+            return _load_extension(KERNEL_V3).forward(
+                x, weight, bias, multiplier.reshape(-1), list(cfg["stride"]), list(cfg["padding"]),
+                list(cfg["output_padding"]), p, cfg["slope"], cfg["allow_tf32"], out)
         with helpers.cudnn_tf32(cfg["allow_tf32"]):
             y = F.conv_transpose3d(x, weight, None, stride=cfg["stride"], padding=cfg["padding"],
                                    output_padding=cfg["output_padding"], dilation=cfg["dilation"],
                                    groups=cfg["groups"]).contiguous()
-        p = cfg["pool"]
-        if min(y.shape[2:]) < p:
-            raise ValueError(f"ModelNew: the pool window ({p}) is larger than the conv output "
-                             f"{tuple(y.shape[2:])}; PyTorch's MaxPool3d refuses this too")
-        out = cfg["out"]
-        if out is None:
-            out = torch.empty((y.shape[0], y.shape[1], *(s // p for s in y.shape[2:])), device=y.device,
-                              dtype=y.dtype)
         return _load_extension().fused_tail(y, bias, multiplier.reshape(-1), cfg["slope"], p,
-                                            cfg["variant"] == "v2", out)
+                                            cfg["path"] == "v2", out)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -134,22 +174,23 @@ class _FusedForwardRecomputedBackward(torch.autograd.Function):
 
 
 class ModelNew(nn.Module):
-    """Model C with everything after the transposed conv fused into one CUDA pass (module docstring).
+    """Model C fused: v3 in one kernel, v1/v2 as cuDNN's transposed conv + one fused pass (module docstring).
 
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``): False
-    runs the transposed conv with TF32 off (fp32-accurate); True lets cuDNN pick TF32, as eager
-    PyTorch does by default for this model. ``variant``: "v1" or "v2" (default).
+    is fp32-accurate (v3: 3xTF32 split products; v1/v2: cuDNN with TF32 off); True uses single TF32
+    products (v3) or lets cuDNN pick TF32 (v1/v2), as eager PyTorch does by default for this model.
+    ``variant``: "v1", "v2" or "v3" (default).
     ``negative_slope`` (keyword, default 0.2 as in the reference).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, multiplier_shape,
-                 *, allow_tf32: bool = False, variant: str = "v2", negative_slope: float = 0.2, pool: int = 2):
+                 *, allow_tf32: bool = False, variant: str = "v3", negative_slope: float = 0.2, pool: int = 2):
         super().__init__()
         if tuple(multiplier_shape) != (out_channels, 1, 1, 1):
             raise ValueError(f"ModelNew: multiplier_shape must be (out_channels, 1, 1, 1) = "
                              f"({out_channels}, 1, 1, 1), got {tuple(multiplier_shape)}")
-        if variant not in ("v1", "v2"):
-            raise ValueError(f"ModelNew: variant must be 'v1' or 'v2', got {variant!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"ModelNew: variant must be one of {VARIANTS}, got {variant!r}")
         if not isinstance(pool, int) or not 1 <= pool <= 8:
             raise ValueError(f"ModelNew: pool must be an int in [1, 8], got {pool!r}")
         self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=stride,
@@ -160,12 +201,25 @@ class ModelNew(nn.Module):
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
 
+    def _config(self):
+        ct = self.conv_transpose
+        return {"out_channels": ct.out_channels, "kernel": ct.kernel_size, "stride": ct.stride,
+                "padding": ct.padding, "output_padding": ct.output_padding, "dilation": ct.dilation,
+                "groups": ct.groups, "slope": self.negative_slope, "pool": self.pool, "allow_tf32": self.allow_tf32}
+
+    def path(self, x: torch.Tensor) -> str:
+        """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
+        if self.variant != "v3":
+            return self.variant
+        reason = v3_unsupported_reason(x.shape, self._config(), x.device.index)
+        return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
+
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, C_out, D'//P, H'//P, W'//P); ``out`` optionally receives it."""
         helpers.check_input(x, spatial_dims=3, in_channels=self.conv_transpose.in_channels,
                             device=self.multiplier.device)
+        cfg = self._config()
+        cfg["path"] = self.path(x)[:2]
+        cfg["out"] = out
         ct = self.conv_transpose
-        cfg = {"stride": ct.stride, "padding": ct.padding, "output_padding": ct.output_padding,
-               "dilation": ct.dilation, "groups": ct.groups, "slope": self.negative_slope, "pool": self.pool,
-               "variant": self.variant, "allow_tf32": self.allow_tf32, "out": out}
         return _FusedForwardRecomputedBackward.apply(x.contiguous(), ct.weight, ct.bias, self.multiplier, cfg)

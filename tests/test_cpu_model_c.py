@@ -47,6 +47,6 @@ def test_model_new_refuses_bad_configuration_and_cpu_input():
     with pytest.raises(ValueError, match="multiplier_shape"):
         C.ModelNew(16, 32, 3, 2, 1, 1, (32,))
     with pytest.raises(ValueError, match="variant"):
-        C.ModelNew(*init, variant="v3")
+        C.ModelNew(*init, variant="v4")
     with pytest.raises(ValueError, match="pool"):
         C.ModelNew(*init, pool=9)

@@ -1,4 +1,4 @@
-"""Model C (KernelBench L2-74) v1 and v2 on the GPU: parity, generality, bad inputs, gradients."""
+"""Model C (KernelBench L2-74) v1, v2 and v3 on the GPU: parity, generality, bad inputs, gradients."""
 import random
 
 import pytest
@@ -13,22 +13,59 @@ pytestmark = pytest.mark.gpu
 def _models(init, **kwargs):
     torch.manual_seed(0)
     model = C.Model(*init).cuda()
-    fused = {v: C.ModelNew(*init, variant=v, **kwargs).cuda() for v in ("v1", "v2")}
+    fused = {v: C.ModelNew(*init, variant=v, **kwargs).cuda() for v in C.VARIANTS}
     return model, fused
 
 
 def test_kernelbench_size_parity():
     model, fused = _models(C.get_init_inputs())
-    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand(C.batch_size, C.in_channels, C.depth,
-                                                                         C.height, C.width, device="cuda")],
-                                  seeds=(0, 1))
-    assert report[report.contender.isin(["v1", "v2"])].passed.all()
+    x = torch.rand(C.batch_size, C.in_channels, C.depth, C.height, C.width, device="cuda")
+    assert fused["v3"].path(x) == "v3"  # the fused kernel, not the fallback
+    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand_like(x)], seeds=(0, 1))
+    assert report[report.contender.isin(C.VARIANTS)].passed.all()
 
 
 def test_tf32_mode_parity():
     model, fused = _models(C.get_init_inputs(), allow_tf32=True)
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(4, 16, 16, 32, 32, device="cuda")], seeds=(3,),
-                         tf32={"v1", "v2"})
+                         shifts=(0.0,), tf32=set(C.VARIANTS))
+
+
+@pytest.mark.parametrize("init, shape, pool, slope", [
+    ([3, 40, 3, 2, 1, 1, (40, 1, 1, 1)], (2, 3, 5, 9, 21), 2, 0.2),    # two channel blocks, odd sizes
+    ([9, 17, 2, 2, 0, 0, (17, 1, 1, 1)], (1, 9, 4, 6, 70), 2, 0.2),    # several tiles along W, C_in 9
+    ([5, 8, 5, 1, 2, 0, (8, 1, 1, 1)], (3, 5, 6, 7, 5), 3, 0.0),       # stride 1, pool 3, C_out 8
+    ([4, 12, 4, 2, 1, 1, (12, 1, 1, 1)], (2, 4, 3, 5, 4), 4, 0.05),    # pool 4 over stride 2
+    ([6, 5, 3, 3, 2, 2, (5, 1, 1, 1)], (2, 6, 3, 4, 3), 3, 0.2),       # stride 3, pool 3
+    ([4, 6, 3, 2, 1, 1, (6, 1, 1, 1)], (2, 4, 7, 9, 8), 2, -0.3),      # negative slope: no pool-first
+    ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (1, 16, 1, 1, 1), 2, 0.2),   # 1x1x1 input, batch 1
+])
+def test_v3_envelope_cases(init, shape, pool, slope):
+    model = C.Model(*init).cuda()
+    model.leaky_relu.negative_slope = slope
+    model.max_pool = torch.nn.MaxPool3d(pool)
+    fused = {f"v3 {mode}": C.ModelNew(*init, negative_slope=slope, pool=pool, allow_tf32=(mode == "tf32")).cuda()
+             for mode in ("fp32", "tf32")}
+    x = torch.rand(shape, device="cuda")
+    assert fused["v3 fp32"].path(x) == "v3"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(7, 8),
+                         shifts=(0.0,), tf32={"v3 tf32"})
+    helpers.parity_sweep(model, {"v3 fp32": fused["v3 fp32"]}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(9,), shifts=(100.0,))
+
+
+@pytest.mark.parametrize("init, pool, reason", [
+    ([4, 6, 3, 3, 1, 0, (6, 1, 1, 1)], 2, "multiple of every stride"),
+    ([64, 64, 5, 1, 2, 0, (64, 1, 1, 1)], 2, "shared memory"),
+])
+def test_v3_falls_back_to_v2_outside_its_envelope(init, pool, reason):
+    model = C.Model(*init).cuda()
+    model.max_pool = torch.nn.MaxPool3d(pool)
+    fused = C.ModelNew(*init, pool=pool).cuda()
+    shape = (2, init[0], 4, 5, 6)
+    assert reason in fused.path(torch.rand(shape, device="cuda"))
+    helpers.parity_sweep(model, {"v3 fallback": fused}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(4,))
 
 
 def _random_config(rng: random.Random):
@@ -93,7 +130,8 @@ def test_non_contiguous_channels_last_and_empty_batch():
             for v, f in fused.items():
                 f.load_state_dict(model.state_dict())
                 torch.testing.assert_close(f(xi).double(), expected, atol=1e-5, rtol=1e-5, msg=f"{name} {v}")
-        assert fused["v2"](torch.rand(0, 3, 5, 6, 7, device="cuda")).shape == (0, 5, 5, 6, 7)
+        for f in fused.values():
+            assert f(torch.rand(0, 3, 5, 6, 7, device="cuda")).shape == (0, 5, 5, 6, 7)
 
 
 @pytest.mark.parametrize("make, message", [
@@ -114,6 +152,43 @@ def test_pool_larger_than_output_raises():
     fused = C.ModelNew(*init, pool=4).cuda()
     with pytest.raises(ValueError, match="larger than the conv output"):
         fused(torch.rand(1, 2, 3, 8, 8, device="cuda"))
+
+
+def test_v3_uses_the_current_stream_and_no_large_allocation():
+    _, fused = _models(C.get_init_inputs())
+    x = torch.rand(C.batch_size, C.in_channels, C.depth, C.height, C.width, device="cuda")
+    out = torch.full((C.batch_size, C.out_channels, 16, 32, 32), float("nan"), device="cuda")
+    with torch.no_grad():
+        expected = fused["v3"](x).clone()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            fused["v3"](x, out=out)
+        stream.synchronize()
+        assert torch.cuda.max_memory_allocated() - before < 1 << 20  # nothing of the conv output's 268 MB
+    assert torch.equal(out, expected)  # also: deterministic
+
+
+def test_v3_extension_checks_name_the_argument():
+    ext = C._load_extension(C.KERNEL_V3)
+    x = torch.rand(2, 3, 4, 4, 4, device="cuda")
+    w = torch.rand(3, 5, 3, 3, 3, device="cuda")
+    p = torch.rand(5, device="cuda")
+    out = torch.empty(2, 5, 4, 4, 4, device="cuda")
+    ok = (x, w, p, p, [2, 2, 2], [1, 1, 1], [1, 1, 1], 2, 0.2, False, out)
+    assert ext.forward(*ok) is not None
+    cases = {"x must be float32": {0: x.double()}, "weight must be .C_in": {1: w[:2]},
+             "bias must hold one value": {2: p[:4]}, "multiplier must be on": {3: p.cpu()},
+             "out must have shape": {10: out[:1]}, "multiple of every stride": {4: [3, 2, 2]},
+             "x must be contiguous": {0: x.transpose(2, 3)}}
+    for pattern, change in cases.items():
+        args = list(ok)
+        for i, v in change.items():
+            args[i] = v
+        with pytest.raises(RuntimeError, match=pattern):
+            ext.forward(*args)
 
 
 def test_extension_checks_name_the_argument():

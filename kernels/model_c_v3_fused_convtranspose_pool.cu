@@ -1,0 +1,621 @@
+// model_c_v3_fused_convtranspose_pool.cu -- KernelBench L2-74, version 3: the whole model in one launch.
+//
+// What it computes
+//   The reference model (kernels/model_c_convtranspose3d_leaky_pool.py) is
+//       y = conv_transpose3d(x, weight, bias, stride, padding, output_padding)
+//       out = max_pool3d(leaky(m * leaky(y)), P)                 (leaky(v) = v >= 0 ? v : slope * v)
+//   with one multiplier m_c per output channel. This kernel reads x once, computes the transposed
+//   conv on tensor cores tile by tile, pools it in registers and writes only `out`: the conv output
+//   (32 x 32 x 64 x 64 per sample at the KernelBench size) never reaches device memory.
+//
+// The math
+//   Transposed conv as a gather, per dimension:  y[o] = bias + sum_{ci, k} x[ci, i] * w[ci, co, k]
+//   over the taps k with o + padding - k = i * stride, 0 <= i < in_size.
+//   Stride phases: which taps reach an output o depends only on (o + padding) mod stride. A pooled
+//   output p covers o = p * P + r, r in [0, P). When P is a multiple of the stride (P % s == 0),
+//   (o + padding) mod s = (r + padding) mod s is the same for every p: window offset r is one stride
+//   phase, an ordinary convolution with the taps k = (r + padding) mod s, + s, + 2s, ... and input
+//   index i = p * (P / s) + (r + padding - k) / s. So each of the P^3 window offsets is one implicit
+//   GEMM  [pooled positions] x [taps * C_in] x [C_out]  with no wasted (zero) taps; at the KernelBench
+//   size (k 3, s 2, padding 1, P 2) the 8 offsets have 1, 2, 2, 4, 2, 4, 4, 8 taps (27 in all).
+//   Pooling: the P^3 GEMMs of a tile land in the same registers (same rows = pooled positions), so
+//   the max over the window is an element-wise max across them. For slope >= 0, f(v) = leaky(m *
+//   leaky(v)) is non-decreasing where m >= 0 and non-increasing where m < 0 (the v2 identity), so the
+//   kernel keeps max(sign(m) * y) and applies f once; for slope < 0 it keeps max(f(y)).
+//   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits
+//   each operand a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo +
+//   a_hi*b_hi ("3xTF32": about fp32's accuracy at 3x TF32's cost). The TF32 mode (allow_tf32) does
+//   a_hi*b_hi only, like cuDNN with allow_tf32 (10-bit mantissas, relative error ~1e-4).
+//
+// Tiling
+//   One CTA = 16 warps = up to 512 pooled positions (a TD x TH x TW box of one sample, picked on the
+//   host: 32 along W, then the D x H split that stages the fewest inputs) x a block of 8, 16 or 32
+//   output channels (blockIdx.y). A warp owns 32 positions (two m16 tiles) x the channel block (NT n8
+//   tiles). The CTA's weight block is staged in shared memory once ([tap][ci][channel], rows padded so
+//   fragment loads are bank-conflict free). CTAs are persistent: each loops over output tiles, and
+//   while it computes one tile, cp.async copies the next tile's input box [ci][d][h][w] (zeros
+//   outside x and for padded channels) into the second of two shared-memory buffers.
+//   The per-dimension tap lists of each window offset come precomputed in the kernel parameters.
+//   Split products cost registers: the fp32 kernel uses 128 and spills ~60 bytes.
+//
+// Speed (H100, KernelBench size, see results/model_c/NOTES.md): mma.sync (HMMA) is Hopper's older
+//   tensor-core path; the warpgroup instruction wgmma (sm_90a) is the faster one and is not used here.
+
+// Shapes and layouts
+//   x          : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
+//   weight     : (C_in, C_out, kD, kH, kW) float32, contiguous (nn.ConvTranspose3d's layout)
+//   bias, m    : C_out float32 values each, contiguous
+//   out        : (N, C_out, D'/P, H'/P, W'/P) float32, contiguous, with D' = (D-1)s - 2pad + k + out_pad;
+//                every element is written
+//
+// Envelope (checked; `unsupported_reason` says why a configuration is outside, and the Python
+//   wrapper then runs v2 instead)
+//   groups 1, dilation 1 (what nn.ConvTranspose3d in the model uses), any N >= 0, C_in, C_out >= 1,
+//   kernel 1..7, stride 1..P with P % stride == 0 in every dimension, padding and output_padding as
+//   PyTorch allows, 1 <= P <= 8, any slope, and the weight block plus two input boxes fitting in the
+//   GPU's shared memory (227 KB on an H100; the KernelBench configuration takes 177 KB, while C_in 16
+//   with a 5x5x5 kernel already needs 320 KB for the weights alone).
+//
+// How to load it
+//   torch.utils.cpp_extension.load_inline(name="model_c_v3", cpp_sources="",
+//       cuda_sources=open("model_c_v3_fused_convtranspose_pool.cu").read(),
+//       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])        (sm_80 or newer)
+//   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device)
+//       -> "" when the fused path applies, else the reason
+//   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out) -> out
+
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace model_c_v3 {
+
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 32;                  // two m16 tiles
+constexpr int kRows = kWarps * kRowsPerWarp;      // pooled positions per CTA tile
+constexpr int kMaxPool = 8;
+constexpr int kMaxKernel = 7;
+
+// Floats between two k-rows of the staged weight block: 8*NT channels plus padding so that the four
+// k-rows a fragment load touches fall in different banks (row stride = 8 or 24 mod 32).
+template <int NT>
+__host__ __device__ constexpr int weight_row_stride() { return NT == 1 ? 8 : 8 * NT + 8; }
+
+struct Params {
+    const float* x;
+    const float* weight;
+    const float* bias;
+    const float* multiplier;
+    float* out;
+    int in_channels, out_channels, ci_padded, taps;
+    int in_size[3];    // D, H, W of x
+    int kernel[3], stride[3], padding[3];
+    int pool;
+    int pooled[3];     // pooled output size per dimension
+    int tile[3];       // pooled positions per CTA tile per dimension (product <= kRows)
+    int tiles[3];      // tiles per dimension
+    int c_min[3];      // lowest (r + padding - k) / stride over the window offsets r and taps k
+    // Per dimension, the taps of window offset r are entries tap_start[d][r] .. tap_start[d][r + 1] - 1:
+    // kernel index tap_k and box-relative input offset tap_c = (r + padding - k) / stride - c_min.
+    int tap_start[3][kMaxPool + 1];
+    int tap_k[3][kMaxPool * kMaxKernel];
+    int tap_c[3][kMaxPool * kMaxKernel];
+    int extent[3];     // input box extent per dimension
+    int ci_stride;     // floats between channel planes of the staged input box
+    int rows;          // tile[0] * tile[1] * tile[2]
+    int64_t num_tiles; // N * tiles[0] * tiles[1] * tiles[2]
+    float slope;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float leaky(float v, float slope) { return v >= 0.f ? v : v * slope; }
+
+// max that propagates NaN, as PyTorch's max_pool3d does (fmaxf would drop it).
+__device__ __forceinline__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+
+// 4-byte asynchronous global -> shared copy; `valid` false writes a zero instead (src not read).
+__device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool valid) {
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// Round to TF32 (10-bit mantissa, round to nearest, ties away): the bits an mma.sync .tf32 operand takes.
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+
+// v = hi + lo with hi, lo both TF32; |v - hi - lo| <= ~2^-22 |v|.
+__device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
+    hi = to_tf32(v);
+    lo = to_tf32(v - __uint_as_float(hi));
+}
+
+// d += a * b for one 16x8x8 tile. Fragments (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
+//   a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4);   b0 (k=t, n=g)  b1 (k=t+4, n=g);
+//   d0 (g, 2t)  d1 (g, 2t+1)  d2 (g+8, 2t)  d3 (g+8, 2t+1).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Where tile `tile` sits: sample n, first pooled position p0, first input index lo of its box.
+struct TileOrigin {
+    int64_t n;
+    int p0[3];
+    int lo[3];
+};
+
+__device__ __forceinline__ TileOrigin locate_tile(const Params& p, int64_t tile) {
+    TileOrigin o;
+    for (int d = 2; d >= 0; --d) {
+        o.p0[d] = static_cast<int>(tile % p.tiles[d]) * p.tile[d];
+        o.lo[d] = o.p0[d] * (p.pool / p.stride[d]) + p.c_min[d];
+        tile /= p.tiles[d];
+    }
+    o.n = tile;
+    return o;
+}
+
+// Start copying a tile's input box [ci_padded][extent] into `box` (cp.async, zero outside x and for
+// padded channels): one warp per (ci, d, h) line, lanes along w (coalesced).
+__device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box, int warp,
+                                                int lane) {
+    const int lines = p.ci_padded * p.extent[0] * p.extent[1];
+    for (int line = warp; line < lines; line += kWarps) {
+        const int eh = line % p.extent[1], ed = (line / p.extent[1]) % p.extent[0];
+        const int ci = line / (p.extent[0] * p.extent[1]);
+        const int id = o.lo[0] + ed, ih = o.lo[1] + eh;
+        const bool line_ok = ci < p.in_channels && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1];
+        const float* src = p.x + (((o.n * p.in_channels + (line_ok ? ci : 0)) * p.in_size[0] + (line_ok ? id : 0)) *
+                                      p.in_size[1] + (line_ok ? ih : 0)) * p.in_size[2];
+        float* dst = box + ci * p.ci_stride + (ed * p.extent[1] + eh) * p.extent[2];
+        for (int ew = lane; ew < p.extent[2]; ew += 32) {
+            const int iw = o.lo[2] + ew;
+            const bool ok = line_ok && iw >= 0 && iw < p.in_size[2];
+            cp_async_f32(dst + ew, ok ? src + iw : p.x, ok);
+        }
+    }
+}
+
+// TF32 mode: round the box to TF32 once, in place, rather than at every use. Each thread rounds the
+// elements it copied itself (same loops as stage_input_box), so no barrier is needed before.
+__device__ __forceinline__ void round_input_box(const Params& p, float* box, int warp, int lane) {
+    const int lines = p.ci_padded * p.extent[0] * p.extent[1];
+    for (int line = warp; line < lines; line += kWarps) {
+        const int eh = line % p.extent[1], ed = (line / p.extent[1]) % p.extent[0];
+        const int ci = line / (p.extent[0] * p.extent[1]);
+        float* row = box + ci * p.ci_stride + (ed * p.extent[1] + eh) * p.extent[2];
+        for (int ew = lane; ew < p.extent[2]; ew += 32) row[ew] = __uint_as_float(to_tf32(row[ew]));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
+// Dynamic shared memory: weight block [taps][ci_padded][weight_row_stride], two input boxes
+// [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), then the block's
+// bias and multiplier.
+// ---------------------------------------------------------------------------------------------
+template <int NT, bool SPLIT3>
+__global__ void __launch_bounds__(kThreads, 1)
+convtranspose_leaky_pool_kernel(const Params p) {
+    constexpr int kChannels = 8 * NT;
+    constexpr int kWStride = weight_row_stride<NT>();
+    extern __shared__ float smem[];
+    float* w_s = smem;
+    float* x_s = smem + static_cast<size_t>(p.taps) * p.ci_padded * kWStride;
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int co0 = blockIdx.y * kChannels;
+
+    // Start copying the first tile's input box, then stage the weight block (once) while it flies.
+    int64_t tile = blockIdx.x;
+    if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s, warp, lane);
+    cp_async_commit();
+
+    // w_s[(tap * ci_padded + ci) * kWStride + n] = weight[ci][co0 + n][tap].
+    for (int e = threadIdx.x; e < p.ci_padded * kChannels * p.taps; e += kThreads) {
+        const int tap = e % p.taps, n = (e / p.taps) % kChannels, ci = e / (p.taps * kChannels);
+        float v = 0.f;
+        if (ci < p.in_channels && co0 + n < p.out_channels)
+            v = __ldg(p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps + tap);
+        w_s[(tap * p.ci_padded + ci) * kWStride + n] = SPLIT3 ? v : __uint_as_float(to_tf32(v));
+    }
+
+    // The block's bias and multiplier, read when a window is finished (kept out of registers).
+    const size_t box_floats = static_cast<size_t>(p.ci_padded) * p.ci_stride;
+    float* bias_s = x_s + 2 * box_floats;
+    float* mult_s = bias_s + kChannels;
+    for (int n = threadIdx.x; n < kChannels; n += kThreads) {
+        const bool ok = co0 + n < p.out_channels;
+        bias_s[n] = ok ? __ldg(p.bias + co0 + n) : 0.f;
+        mult_s[n] = ok ? __ldg(p.multiplier + co0 + n) : 0.f;
+    }
+    const bool pool_first = p.slope >= 0.f;  // the monotone rewrite (uniform across the grid)
+
+    const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
+
+    for (int buf = 0; tile < p.num_tiles; tile += gridDim.x, buf ^= 1) {
+        const int64_t next = tile + gridDim.x;
+        if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats, warp, lane);
+        cp_async_commit();
+        cp_async_wait<1>();  // this thread's copies for `tile` have landed ...
+        if (!SPLIT3) round_input_box(p, x_s + buf * box_floats, warp, lane);  // (its own copies)
+        __syncthreads();     // ... and everyone's (the first pass: the weights too)
+        const TileOrigin o = locate_tile(p, tile);
+        const float* box = x_s + buf * box_floats;
+        if (warp * kRowsPerWarp < p.rows) {  // a small tile leaves some warps idle (warp-uniform)
+            // This thread's four rows (pooled positions): g, g + 8, g + 16, g + 24 of the warp's 32.
+            int row_base[4];  // offset of the row's (p * step) in the input box
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = warp * kRowsPerWarp + g + 8 * i;
+                const int rw = r % p.tile[2], rh = (r / p.tile[2]) % p.tile[1], rd = r / (p.tile[2] * p.tile[1]);
+                row_base[i] = r < p.rows ? (rd * step_d * p.extent[1] + rh * step_h) * p.extent[2] + rw * step_w : 0;
+            }
+
+            float best[2][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) best[mt][nt][j] = -INFINITY;
+
+            // One implicit GEMM per window offset (= stride phase), pooled into `best` as it finishes.
+            for (int rd = 0; rd < p.pool; ++rd)
+            for (int rh = 0; rh < p.pool; ++rh)
+            for (int rw = 0; rw < p.pool; ++rw) {
+                float acc[2][NT][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+
+                for (int jd = p.tap_start[0][rd]; jd < p.tap_start[0][rd + 1]; ++jd)
+                for (int jh = p.tap_start[1][rh]; jh < p.tap_start[1][rh + 1]; ++jh)
+                for (int jw = p.tap_start[2][rw]; jw < p.tap_start[2][rw + 1]; ++jw) {
+                    // input index = p * step + (r + padding - k) / stride; `shift` is its box-relative part
+                    const int shift = (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
+                    const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
+                    const float* xa = box + shift + t * p.ci_stride;
+                    const float* wb = w_s + (tap * p.ci_padded + t) * kWStride + g;
+                    for (int ci0 = 0; ci0 < p.ci_padded; ci0 += 8) {
+                        uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+                        for (int mt = 0; mt < 2; ++mt) {
+                            const float v[4] = {xa[row_base[2 * mt]], xa[row_base[2 * mt + 1]],
+                                                xa[row_base[2 * mt] + 4 * p.ci_stride],
+                                                xa[row_base[2 * mt + 1] + 4 * p.ci_stride]};
+#pragma unroll
+                            for (int j = 0; j < 4; ++j) {
+                                if (SPLIT3) split_tf32(v[j], a_hi[mt][j], a_lo[mt][j]);
+                                else a_hi[mt][j] = __float_as_uint(v[j]);  // rounded when staged
+                            }
+                        }
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) {
+                            const float w0 = wb[nt * 8], w1 = wb[4 * kWStride + nt * 8];
+                            uint32_t b0_hi, b1_hi, b0_lo, b1_lo;
+                            if (SPLIT3) {
+                                split_tf32(w0, b0_hi, b0_lo);
+                                split_tf32(w1, b1_hi, b1_lo);
+                            } else {  // rounded when staged
+                                b0_hi = __float_as_uint(w0);
+                                b1_hi = __float_as_uint(w1);
+                            }
+#pragma unroll
+                            for (int mt = 0; mt < 2; ++mt) {
+                                if (SPLIT3) {
+                                    // Small terms first, into a fresh partial sum that joins the
+                                    // accumulator through an IEEE (round-to-nearest) add: the tensor core
+                                    // truncates when it adds products to a large running sum, and that
+                                    // bias, repeated over the K loop, costs ~4x fp32's error.
+                                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+                                    mma_tf32(part, a_lo[mt], b0_hi, b1_hi);
+                                    mma_tf32(part, a_hi[mt], b0_lo, b1_lo);
+                                    mma_tf32(part, a_hi[mt], b0_hi, b1_hi);
+#pragma unroll
+                                    for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[j];
+                                } else {
+                                    mma_tf32(acc[mt][nt], a_hi[mt], b0_hi, b1_hi);
+                                }
+                            }
+                        }
+                        xa += 8 * p.ci_stride;
+                        wb += 8 * kWStride;
+                    }
+                }
+
+                // Pool this window offset into `best` (bias is added after the pool: it is per channel).
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+#pragma unroll
+                        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                float& q = best[mt][nt][2 * h + c];
+                                const float v = acc[mt][nt][2 * h + c];
+                                q = pool_first ? nan_max(q, m >= 0.f ? v : -v)
+                                               : nan_max(q, leaky(m * leaky(v + b, p.slope), p.slope));
+                            }
+                    }
+            }
+
+            // f once (pool-first) and store. Accumulator rows g (h = 0) and g + 8 (h = 1) of m-tile mt.
+            const int64_t channel_stride = static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = warp * kRowsPerWarp + 16 * mt + 8 * h + g;
+                    const int pw = o.p0[2] + r % p.tile[2], ph = o.p0[1] + (r / p.tile[2]) % p.tile[1],
+                              pd = o.p0[0] + r / (p.tile[2] * p.tile[1]);
+                    if (r >= p.rows || pd >= p.pooled[0] || ph >= p.pooled[1] || pw >= p.pooled[2]) continue;
+                    float* dst = p.out + (o.n * p.out_channels + co0) * channel_stride +
+                                 (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw;
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int n_local = nt * 8 + 2 * t + c;
+                            if (co0 + n_local >= p.out_channels) continue;
+                            const float m = mult_s[n_local], b = bias_s[n_local];
+                            const float q = best[mt][nt][2 * h + c];
+                            dst[n_local * channel_stride] =
+                                pool_first ? leaky(m * leaky((m >= 0.f ? q : -q) + b, p.slope), p.slope) : q;
+                        }
+                }
+        }
+        __syncthreads();  // every read of this box is done before the next iteration refills it
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: the plan (tile shape, shared memory), the envelope, the launcher.
+// ---------------------------------------------------------------------------------------------
+
+inline std::string str_of(c10::IntArrayRef sizes) {
+    std::string text = "(";
+    for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+    return text + ")";
+}
+
+inline int next_pow2(int64_t v) {
+    int r = 1;
+    while (r < v && r < (1 << 20)) r *= 2;
+    return r;
+}
+
+struct Plan {
+    Params params{};
+    int nt = 4;
+    size_t smem_bytes = 0;
+    std::string problem;  // empty when the fused path applies
+};
+
+// Everything but the pointers, from the sizes. `problem` says why the fused path does not apply.
+Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
+               c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
+               int device) {
+    Plan plan;
+    Params& p = plan.params;
+    auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
+    if (in_size.size() != 3 || kernel.size() != 3 || stride.size() != 3 || padding.size() != 3 ||
+        output_padding.size() != 3)
+        return fail("in_size, kernel, stride, padding and output_padding must each hold 3 values");
+    if (c_in < 1 || c_out < 1) return fail("C_in and C_out must be >= 1");
+    if (pool < 1 || pool > kMaxPool) return fail("pool must be in [1, " + std::to_string(kMaxPool) + "]");
+    int64_t out_size[3];
+    for (int d = 0; d < 3; ++d) {
+        if (kernel[d] < 1 || kernel[d] > kMaxKernel)
+            return fail("kernel sizes must be in [1, " + std::to_string(kMaxKernel) + "], got " + str_of(kernel));
+        if (stride[d] < 1 || pool % stride[d] != 0)
+            return fail("the fused path needs pool (" + std::to_string(pool) +
+                        ") to be a multiple of every stride, got stride " + str_of(stride));
+        if (padding[d] < 0 || output_padding[d] < 0 || output_padding[d] >= stride[d])
+            return fail("padding must be >= 0 and 0 <= output_padding < stride, got padding " + str_of(padding) +
+                        ", output_padding " + str_of(output_padding));
+        if (in_size[d] < 1) return fail("the input's spatial sizes must be >= 1, got " + str_of(in_size));
+        out_size[d] = (in_size[d] - 1) * stride[d] - 2 * padding[d] + kernel[d] + output_padding[d];
+        if (out_size[d] < pool)
+            return fail("the pool window (" + std::to_string(pool) + ") is larger than the conv output");
+        if (in_size[d] >= (1 << 30) || out_size[d] >= (1 << 30)) return fail("spatial sizes must be < 2^30");
+    }
+    p.in_channels = static_cast<int>(c_in);
+    p.out_channels = static_cast<int>(c_out);
+    p.ci_padded = static_cast<int>((c_in + 7) / 8 * 8);
+    p.taps = static_cast<int>(kernel[0] * kernel[1] * kernel[2]);
+    p.pool = static_cast<int>(pool);
+    for (int d = 0; d < 3; ++d) {
+        p.in_size[d] = static_cast<int>(in_size[d]);
+        p.kernel[d] = static_cast<int>(kernel[d]);
+        p.stride[d] = static_cast<int>(stride[d]);
+        p.padding[d] = static_cast<int>(padding[d]);
+        p.pooled[d] = static_cast<int>(out_size[d] / pool);
+    }
+    // Input offsets c = (r + padding - k) / stride over the window offsets r and their taps k span
+    // [c_min, c_max]; a tile of T pooled positions reads (T - 1) * (P / stride) + c_max - c_min + 1 inputs.
+    int c_max[3];
+    for (int d = 0; d < 3; ++d) {
+        int lo = 1 << 30, hi = -(1 << 30);
+        for (int r = 0; r < p.pool; ++r)
+            for (int k = (r + p.padding[d]) % p.stride[d]; k < p.kernel[d]; k += p.stride[d]) {
+                lo = std::min(lo, (r + p.padding[d] - k) / p.stride[d]);  // exact division
+                hi = std::max(hi, (r + p.padding[d] - k) / p.stride[d]);
+            }
+        if (lo > hi) lo = hi = 0;  // no tap reaches any window offset (only the bias does)
+        p.c_min[d] = lo;
+        c_max[d] = hi;
+        int j = 0;
+        for (int r = 0; r < p.pool; ++r) {
+            p.tap_start[d][r] = j;
+            for (int k = (r + p.padding[d]) % p.stride[d]; k < p.kernel[d]; k += p.stride[d], ++j) {
+                p.tap_k[d][j] = k;
+                p.tap_c[d][j] = (r + p.padding[d] - k) / p.stride[d] - lo;
+            }
+        }
+        p.tap_start[d][p.pool] = j;
+    }
+    auto extent_of = [&](int d, int tile) { return (tile - 1) * (p.pool / p.stride[d]) + c_max[d] - p.c_min[d] + 1; };
+    // Tile: 32 positions along W (or the output's next power of two), then the (TD, TH) split of the
+    // remaining rows that stages the fewest inputs plus computes the fewest rows in all.
+    p.tile[2] = std::min(32, next_pow2(p.pooled[2]));
+    double best_cost = -1.0;
+    for (int th = 1; th * p.tile[2] <= kRows; th *= 2) {
+        if (th > next_pow2(p.pooled[1])) break;
+        const int td = std::min(kRows / (th * p.tile[2]), next_pow2(p.pooled[0]));
+        const double tiles = static_cast<double>((p.pooled[0] + td - 1) / td) * ((p.pooled[1] + th - 1) / th);
+        const double cost = tiles * (static_cast<double>(td) * th * p.tile[2] +
+                                     static_cast<double>(extent_of(0, td)) * extent_of(1, th) * extent_of(2, p.tile[2]));
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            p.tile[0] = td;
+            p.tile[1] = th;
+        }
+    }
+    p.rows = p.tile[0] * p.tile[1] * p.tile[2];
+    int64_t num_tiles = batch;
+    for (int d = 0; d < 3; ++d) {
+        p.tiles[d] = (p.pooled[d] + p.tile[d] - 1) / p.tile[d];
+        num_tiles *= p.tiles[d];
+        p.extent[d] = extent_of(d, p.tile[d]);
+    }
+    p.num_tiles = num_tiles;
+    const int64_t box = static_cast<int64_t>(p.extent[0]) * p.extent[1] * p.extent[2];
+    p.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
+    plan.nt = c_out <= 8 ? 1 : c_out <= 16 ? 2 : 4;
+    const int w_stride = plan.nt == 1 ? weight_row_stride<1>() : plan.nt == 2 ? weight_row_stride<2>()
+                                                                              : weight_row_stride<4>();
+    plan.smem_bytes = sizeof(float) * (static_cast<size_t>(p.taps) * p.ci_padded * w_stride +
+                                       2 * static_cast<size_t>(p.ci_padded) * p.ci_stride + 2 * 8 * plan.nt);
+    int smem_limit = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (plan.smem_bytes > static_cast<size_t>(smem_limit))
+        return fail("the weight block and two input boxes need " + std::to_string(plan.smem_bytes) +
+                    " bytes of shared memory, more than the GPU's " + std::to_string(smem_limit) +
+                    " (C_in * kernel volume too large)");
+    return plan;
+}
+
+std::string unsupported_reason(std::vector<int64_t> in_size, int64_t c_in, int64_t c_out, std::vector<int64_t> kernel,
+                               std::vector<int64_t> stride, std::vector<int64_t> padding,
+                               std::vector<int64_t> output_padding, int64_t pool, int64_t device) {
+    return make_plan(in_size, 1, c_in, c_out, kernel, stride, padding, output_padding, pool,
+                     static_cast<int>(device)).problem;
+}
+
+void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& x) {
+    TORCH_CHECK(t.device() == x.device(), "forward: ", name, " must be on ", x.device().str(), ", got ",
+                t.device().str());
+    TORCH_CHECK(t.scalar_type() == torch::kFloat32, "forward: ", name, " must be float32, got ",
+                c10::toString(t.scalar_type()));
+    TORCH_CHECK(t.is_contiguous(), "forward: ", name, " must be contiguous");
+}
+
+template <int NT>
+void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
+    const auto kernel = allow_tf32 ? convtranspose_leaky_pool_kernel<NT, false>
+                                   : convtranspose_leaky_pool_kernel<NT, true>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(plan.smem_bytes)));
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, plan.smem_bytes));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t channel_blocks = (plan.params.out_channels + 8 * NT - 1) / (8 * NT);
+    const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+    const int64_t grid_x = std::max<int64_t>(1, std::min(plan.params.num_tiles,
+                                                         (resident + channel_blocks - 1) / channel_blocks));
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(channel_blocks));
+    kernel<<<grid, kThreads, plan.smem_bytes, stream>>>(plan.params);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                      const torch::Tensor& multiplier, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                      std::vector<int64_t> output_padding, int64_t pool, double slope, bool allow_tf32,
+                      const torch::Tensor& out) {
+    TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ",
+                c10::toString(x.scalar_type()));
+    TORCH_CHECK(x.dim() == 5, "forward: x must be 5-D (N, C_in, D, H, W), got shape ", str_of(x.sizes()));
+    TORCH_CHECK(x.is_contiguous(), "forward: x must be contiguous (NCDHW)");
+    check_tensor(weight, "weight", x);
+    check_tensor(bias, "bias", x);
+    check_tensor(multiplier, "multiplier", x);
+    check_tensor(out, "out", x);
+    TORCH_CHECK(weight.dim() == 5 && weight.size(0) == x.size(1),
+                "forward: weight must be (C_in, C_out, kD, kH, kW) with C_in = x.size(1) = ",
+                std::to_string(x.size(1)), ", got shape ", str_of(weight.sizes()));
+    const int64_t N = x.size(0), c_in = x.size(1), c_out = weight.size(1);
+    TORCH_CHECK(bias.numel() == c_out, "forward: bias must hold one value per output channel (",
+                std::to_string(c_out), "), got shape ", str_of(bias.sizes()));
+    TORCH_CHECK(multiplier.numel() == c_out, "forward: multiplier must hold one value per output channel (",
+                std::to_string(c_out), "), got shape ", str_of(multiplier.sizes()));
+    const int device = x.get_device();
+    const c10::cuda::CUDAGuard device_guard(x.device());
+    Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
+                          output_padding, pool, device);
+    TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
+    const Params& p = plan.params;
+    TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
+                    out.size(3) == p.pooled[1] && out.size(4) == p.pooled[2],
+                "forward: out must have shape (N, C_out, D'/P, H'/P, W'/P) = ",
+                str_of(std::vector<int64_t>{N, c_out, p.pooled[0], p.pooled[1], p.pooled[2]}), ", got ", str_of(out.sizes()));
+    if (out.numel() == 0) return out;
+    plan.params.x = x.data_ptr<float>();
+    plan.params.weight = weight.data_ptr<float>();
+    plan.params.bias = bias.data_ptr<float>();
+    plan.params.multiplier = multiplier.data_ptr<float>();
+    plan.params.out = out.data_ptr<float>();
+    plan.params.slope = static_cast<float>(slope);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    switch (plan.nt) {
+        case 1: launch<1>(plan, allow_tf32, stream, device); break;
+        case 2: launch<2>(plan, allow_tf32, stream, device); break;
+        default: launch<4>(plan, allow_tf32, stream, device); break;
+    }
+    return out;
+}
+
+}  // namespace model_c_v3
+
+// ---------------------------------------------------------------------------------------------
+// Binding
+// ---------------------------------------------------------------------------------------------
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "KernelBench L2-74 v3: ConvTranspose3d -> leaky -> *m -> leaky -> MaxPool3d in one launch";
+    m.def("unsupported_reason", &model_c_v3::unsupported_reason,
+          "'' when the fused kernel handles this configuration on `device`, else why not",
+          py::arg("in_size"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel"), py::arg("stride"),
+          py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"));
+    m.def("forward", &model_c_v3::forward,
+          "out = maxpool3d(leaky(m * leaky(conv_transpose3d(x, weight, bias))), pool); allow_tf32 = 1xTF32, "
+          "else 3xTF32 (fp32-accurate)",
+          py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("multiplier"), py::arg("stride"),
+          py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("slope"), py::arg("allow_tf32"),
+          py::arg("out"));
+}
