@@ -21,7 +21,8 @@
 //   Pooling: the P^3 GEMMs of a tile land in the same registers (same rows = pooled positions), so
 //   the max over the window is an element-wise max across them. For slope >= 0, f(v) = leaky(m *
 //   leaky(v)) is non-decreasing where m >= 0 and non-increasing where m < 0 (the v2 identity), so the
-//   kernel keeps max(sign(m) * y) and applies f once; for slope < 0 it keeps max(f(y)).
+//   kernel keeps max(sign(m) * y) and applies f once (sign(m) is folded into the staged weights, so the
+//   pool is a plain max); for slope < 0 it keeps max(f(y)).
 //   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits
 //   each operand a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo +
 //   a_hi*b_hi ("3xTF32": about fp32's accuracy at 3x TF32's cost). The TF32 mode (allow_tf32) does
@@ -35,8 +36,9 @@
 //   fragment loads are bank-conflict free). CTAs are persistent: each loops over output tiles, and
 //   while it computes one tile, cp.async copies the next tile's input box [ci][d][h][w] (zeros
 //   outside x and for padded channels) into the second of two shared-memory buffers.
-//   The per-dimension tap lists of each window offset come precomputed in the kernel parameters.
-//   Split products cost registers: the fp32 kernel uses 128 and spills ~60 bytes.
+//   The per-dimension tap lists of each window offset come precomputed in the kernel parameters;
+//   each CTA flattens them once into a shared-memory list of {input offset, weight offset} per tap.
+//   Registers: 128 per thread (the cap for 16 warps) in the fp32 kernel, no spills.
 //
 // Speed (H100, KernelBench size, see results/model_c/NOTES.md): mma.sync (HMMA) is Hopper's older
 //   tensor-core path; the warpgroup instruction wgmma (sm_90a) is the faster one and is not used here.
@@ -62,7 +64,8 @@
 //       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])        (sm_80 or newer)
 //   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device)
 //       -> "" when the fused path applies, else the reason
-//   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out) -> out
+//   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out,
+//               channels_per_block=0) -> out      (channels per CTA: 8, 16, 32, or 0 to pick from C_out)
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -99,7 +102,8 @@ struct Params {
     int kernel[3], stride[3], padding[3];
     int pool;
     int pooled[3];     // pooled output size per dimension
-    int tile[3];       // pooled positions per CTA tile per dimension (product <= kRows)
+    int tile[3];       // pooled positions per CTA tile per dimension (powers of two, product <= kRows)
+    int tile_log2[3];  // log2 of tile[]
     int tiles[3];      // tiles per dimension
     int c_min[3];      // lowest (r + padding - k) / stride over the window offsets r and taps k
     // Per dimension, the taps of window offset r are entries tap_start[d][r] .. tap_start[d][r + 1] - 1:
@@ -110,6 +114,8 @@ struct Params {
     int extent[3];     // input box extent per dimension
     int ci_stride;     // floats between channel planes of the staged input box
     int rows;          // tile[0] * tile[1] * tile[2]
+    int windows;       // pool^3 window offsets
+    int tap_entries;   // taps over all window offsets (the length of the CTA's tap list)
     int64_t num_tiles; // N * tiles[0] * tiles[1] * tiles[2]
     float slope;
 };
@@ -121,7 +127,11 @@ struct Params {
 __device__ __forceinline__ float leaky(float v, float slope) { return v >= 0.f ? v : v * slope; }
 
 // max that propagates NaN, as PyTorch's max_pool3d does (fmaxf would drop it).
-__device__ __forceinline__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+__device__ __forceinline__ float nan_max(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
 
 // 4-byte asynchronous global -> shared copy; `valid` false writes a zero instead (src not read).
 __device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool valid) {
@@ -139,10 +149,18 @@ __device__ __forceinline__ uint32_t to_tf32(float v) {
     return r;
 }
 
-// v = hi + lo with hi, lo both TF32; |v - hi - lo| <= ~2^-22 |v|.
+// v rounded to nearest (ties away) for an mma .tf32 operand in one add: the tensor core ignores the
+// low 13 bits, so adding half of their range is enough (CUTLASS calls this round_half_ulp_truncate;
+// cvt.rna compiles to ~6 instructions on sm_90).
+__device__ __forceinline__ uint32_t round_tf32_bits(float v) { return __float_as_uint(v) + 0x1000u; }
+
+// v = hi + lo for 3xTF32. hi: v rounded to nearest (ties away) at TF32's 10 mantissa bits by an
+// integer add and mask (2 instructions; cvt.rna compiles to ~6 on sm_90). lo = v - hi is exact in
+// fp32; passed as is, the tensor core reads its top 19 bits, so hi + lo misses v by <= 2^-21 |v|,
+// unbiased in sign. Infinities stay infinite in hi (their lo is NaN, as with cvt.rna).
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
-    hi = to_tf32(v);
-    lo = to_tf32(v - __uint_as_float(hi));
+    hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
 // d += a * b for one 16x8x8 tile. Fragments (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
@@ -175,43 +193,63 @@ __device__ __forceinline__ TileOrigin locate_tile(const Params& p, int64_t tile)
 }
 
 // Start copying a tile's input box [ci_padded][extent] into `box` (cp.async, zero outside x and for
-// padded channels): one warp per (ci, d, h) line, lanes along w (coalesced).
+// padded channels). Warps take (d, h) rows of the box, one division each; lanes run along w
+// (coalesced); the channel loop reuses the row's bounds and addresses.
 __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box, int warp,
                                                 int lane) {
-    const int lines = p.ci_padded * p.extent[0] * p.extent[1];
-    for (int line = warp; line < lines; line += kWarps) {
-        const int eh = line % p.extent[1], ed = (line / p.extent[1]) % p.extent[0];
-        const int ci = line / (p.extent[0] * p.extent[1]);
+    const int64_t channel_stride = static_cast<int64_t>(p.in_size[0]) * p.in_size[1] * p.in_size[2];
+    const int rows = p.extent[0] * p.extent[1];
+    for (int row = warp; row < rows; row += kWarps) {
+        const int ed = row / p.extent[1], eh = row - ed * p.extent[1];
         const int id = o.lo[0] + ed, ih = o.lo[1] + eh;
-        const bool line_ok = ci < p.in_channels && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1];
-        const float* src = p.x + (((o.n * p.in_channels + (line_ok ? ci : 0)) * p.in_size[0] + (line_ok ? id : 0)) *
-                                      p.in_size[1] + (line_ok ? ih : 0)) * p.in_size[2];
-        float* dst = box + ci * p.ci_stride + (ed * p.extent[1] + eh) * p.extent[2];
-        for (int ew = lane; ew < p.extent[2]; ew += 32) {
-            const int iw = o.lo[2] + ew;
-            const bool ok = line_ok && iw >= 0 && iw < p.in_size[2];
-            cp_async_f32(dst + ew, ok ? src + iw : p.x, ok);
+        const bool row_ok = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1];
+        const float* src = p.x + o.n * p.in_channels * channel_stride +
+                           (static_cast<int64_t>(row_ok ? id : 0) * p.in_size[1] + (row_ok ? ih : 0)) * p.in_size[2];
+        float* dst = box + row * p.extent[2];
+        for (int ci = 0; ci < p.ci_padded; ++ci, src += channel_stride, dst += p.ci_stride) {
+            const bool line_ok = row_ok && ci < p.in_channels;
+            for (int ew = lane; ew < p.extent[2]; ew += 32) {
+                const int iw = o.lo[2] + ew;
+                const bool ok = line_ok && iw >= 0 && iw < p.in_size[2];
+                cp_async_f32(dst + ew, ok ? src + iw : p.x, ok);
+            }
         }
     }
 }
 
-// TF32 mode: round the box to TF32 once, in place, rather than at every use. Each thread rounds the
-// elements it copied itself (same loops as stage_input_box), so no barrier is needed before.
-__device__ __forceinline__ void round_input_box(const Params& p, float* box, int warp, int lane) {
-    const int lines = p.ci_padded * p.extent[0] * p.extent[1];
-    for (int line = warp; line < lines; line += kWarps) {
-        const int eh = line % p.extent[1], ed = (line / p.extent[1]) % p.extent[0];
-        const int ci = line / (p.extent[0] * p.extent[1]);
-        float* row = box + ci * p.ci_stride + (ed * p.extent[1] + eh) * p.extent[2];
-        for (int ew = lane; ew < p.extent[2]; ew += 32) row[ew] = __uint_as_float(to_tf32(row[ew]));
+// Taps of window offset r = (rd, rh, rw): the product of the per-dimension counts.
+__device__ __forceinline__ int tap_count(const Params& p, int r) {
+    const int rd = r / (p.pool * p.pool), rh = (r / p.pool) % p.pool, rw = r % p.pool;
+    return (p.tap_start[0][rd + 1] - p.tap_start[0][rd]) * (p.tap_start[1][rh + 1] - p.tap_start[1][rh]) *
+           (p.tap_start[2][rw + 1] - p.tap_start[2][rw]);
+}
+
+// The CTA's tap list in shared memory, built once: window offset r owns entries list_start[r] ..
+// list_start[r + 1] - 1, each {offset of the tap's input in the box, offset of its weight rows in w_s}.
+template <int WSTRIDE>
+__device__ void build_tap_list(const Params& p, int* list_start, int2* list) {
+    for (int r = threadIdx.x; r < p.windows; r += kThreads) {
+        int start = 0;
+        for (int q = 0; q < r; ++q) start += tap_count(p, q);
+        list_start[r] = start;
+        if (r == p.windows - 1) list_start[p.windows] = start + tap_count(p, r);
+        const int rd = r / (p.pool * p.pool), rh = (r / p.pool) % p.pool, rw = r % p.pool;
+        for (int jd = p.tap_start[0][rd]; jd < p.tap_start[0][rd + 1]; ++jd)
+            for (int jh = p.tap_start[1][rh]; jh < p.tap_start[1][rh + 1]; ++jh)
+                for (int jw = p.tap_start[2][rw]; jw < p.tap_start[2][rw + 1]; ++jw) {
+                    // input index = p * step + (r + padding - k) / stride: the box-relative part
+                    const int shift = (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
+                    const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
+                    list[start++] = make_int2(shift, tap * p.ci_padded * WSTRIDE);
+                }
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
 // Dynamic shared memory: weight block [taps][ci_padded][weight_row_stride], two input boxes
-// [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), then the block's
-// bias and multiplier.
+// [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), the block's bias
+// and multiplier, then the tap list (starts, padded to an even count, and int2 entries).
 // ---------------------------------------------------------------------------------------------
 template <int NT, bool SPLIT3>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -231,12 +269,13 @@ convtranspose_leaky_pool_kernel(const Params p) {
     if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s, warp, lane);
     cp_async_commit();
 
-    // w_s[(tap * ci_padded + ci) * kWStride + n] = weight[ci][co0 + n][tap].
+    // w_s[(tap * ci_padded + ci) * kWStride + n] = sign(m[co0 + n]) * weight[ci][co0 + n][tap].
     for (int e = threadIdx.x; e < p.ci_padded * kChannels * p.taps; e += kThreads) {
         const int tap = e % p.taps, n = (e / p.taps) % kChannels, ci = e / (p.taps * kChannels);
         float v = 0.f;
         if (ci < p.in_channels && co0 + n < p.out_channels)
-            v = __ldg(p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps + tap);
+            v = __ldg(p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps + tap) *
+                (__ldg(p.multiplier + co0 + n) >= 0.f ? 1.f : -1.f);  // sign(m) folded in: acc = sign(m) * y
         w_s[(tap * p.ci_padded + ci) * kWStride + n] = SPLIT3 ? v : __uint_as_float(to_tf32(v));
     }
 
@@ -249,6 +288,9 @@ convtranspose_leaky_pool_kernel(const Params p) {
         bias_s[n] = ok ? __ldg(p.bias + co0 + n) : 0.f;
         mult_s[n] = ok ? __ldg(p.multiplier + co0 + n) : 0.f;
     }
+    int* list_start = reinterpret_cast<int*>(mult_s + kChannels);
+    int2* list = reinterpret_cast<int2*>(list_start + ((p.windows + 2) & ~1));
+    build_tap_list<kWStride>(p, list_start, list);  // visible after the loop's first barrier
     const bool pool_first = p.slope >= 0.f;  // the monotone rewrite (uniform across the grid)
 
     const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
@@ -258,7 +300,6 @@ convtranspose_leaky_pool_kernel(const Params p) {
         if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats, warp, lane);
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies for `tile` have landed ...
-        if (!SPLIT3) round_input_box(p, x_s + buf * box_floats, warp, lane);  // (its own copies)
         __syncthreads();     // ... and everyone's (the first pass: the weights too)
         const TileOrigin o = locate_tile(p, tile);
         const float* box = x_s + buf * box_floats;
@@ -268,7 +309,8 @@ convtranspose_leaky_pool_kernel(const Params p) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = warp * kRowsPerWarp + g + 8 * i;
-                const int rw = r % p.tile[2], rh = (r / p.tile[2]) % p.tile[1], rd = r / (p.tile[2] * p.tile[1]);
+                const int rw = r & (p.tile[2] - 1), rh = (r >> p.tile_log2[2]) & (p.tile[1] - 1),
+                      rd = r >> (p.tile_log2[2] + p.tile_log2[1]);
                 row_base[i] = r < p.rows ? (rd * step_d * p.extent[1] + rh * step_h) * p.extent[2] + rw * step_w : 0;
             }
 
@@ -281,9 +323,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
                     for (int j = 0; j < 4; ++j) best[mt][nt][j] = -INFINITY;
 
             // One implicit GEMM per window offset (= stride phase), pooled into `best` as it finishes.
-            for (int rd = 0; rd < p.pool; ++rd)
-            for (int rh = 0; rh < p.pool; ++rh)
-            for (int rw = 0; rw < p.pool; ++rw) {
+            for (int r = 0; r < p.windows; ++r) {
                 float acc[2][NT][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
@@ -292,14 +332,11 @@ convtranspose_leaky_pool_kernel(const Params p) {
 #pragma unroll
                         for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
 
-                for (int jd = p.tap_start[0][rd]; jd < p.tap_start[0][rd + 1]; ++jd)
-                for (int jh = p.tap_start[1][rh]; jh < p.tap_start[1][rh + 1]; ++jh)
-                for (int jw = p.tap_start[2][rw]; jw < p.tap_start[2][rw + 1]; ++jw) {
-                    // input index = p * step + (r + padding - k) / stride; `shift` is its box-relative part
-                    const int shift = (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
-                    const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
-                    const float* xa = box + shift + t * p.ci_stride;
-                    const float* wb = w_s + (tap * p.ci_padded + t) * kWStride + g;
+                const int e_end = list_start[r + 1];
+                for (int e = list_start[r]; e < e_end; ++e) {
+                    const int2 entry = list[e];
+                    const float* xa = box + entry.x + t * p.ci_stride;
+                    const float* wb = w_s + entry.y + t * kWStride + g;
                     for (int ci0 = 0; ci0 < p.ci_padded; ci0 += 8) {
                         uint32_t a_hi[2][4], a_lo[2][4];
 #pragma unroll
@@ -310,7 +347,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
 #pragma unroll
                             for (int j = 0; j < 4; ++j) {
                                 if (SPLIT3) split_tf32(v[j], a_hi[mt][j], a_lo[mt][j]);
-                                else a_hi[mt][j] = __float_as_uint(v[j]);  // rounded when staged
+                                else a_hi[mt][j] = round_tf32_bits(v[j]);
                             }
                         }
 #pragma unroll
@@ -347,47 +384,64 @@ convtranspose_leaky_pool_kernel(const Params p) {
                     }
                 }
 
-                // Pool this window offset into `best` (bias is added after the pool: it is per channel).
+                // Pool this window offset into `best`. The staged weights carry sign(m), so acc holds
+                // sign(m) * y (bias excluded) and the sign-selected pool is a plain max.
+                if (pool_first) {
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
+                    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+                        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                            for (int h = 0; h < 2; ++h) {
-                                float& q = best[mt][nt][2 * h + c];
-                                const float v = acc[mt][nt][2 * h + c];
-                                q = pool_first ? nan_max(q, m >= 0.f ? v : -v)
-                                               : nan_max(q, leaky(m * leaky(v + b, p.slope), p.slope));
-                            }
-                    }
-            }
-
-            // f once (pool-first) and store. Accumulator rows g (h = 0) and g + 8 (h = 1) of m-tile mt.
-            const int64_t channel_stride = static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2];
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = warp * kRowsPerWarp + 16 * mt + 8 * h + g;
-                    const int pw = o.p0[2] + r % p.tile[2], ph = o.p0[1] + (r / p.tile[2]) % p.tile[1],
-                              pd = o.p0[0] + r / (p.tile[2] * p.tile[1]);
-                    if (r >= p.rows || pd >= p.pooled[0] || ph >= p.pooled[1] || pw >= p.pooled[2]) continue;
-                    float* dst = p.out + (o.n * p.out_channels + co0) * channel_stride +
-                                 (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw;
+                            for (int j = 0; j < 4; ++j) best[mt][nt][j] = nan_max(best[mt][nt][j], acc[mt][nt][j]);
+                } else {  // slope < 0: f is not monotone, take the max of f(y) over the window
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
-                            const int n_local = nt * 8 + 2 * t + c;
-                            if (co0 + n_local >= p.out_channels) continue;
-                            const float m = mult_s[n_local], b = bias_s[n_local];
-                            const float q = best[mt][nt][2 * h + c];
-                            dst[n_local * channel_stride] =
-                                pool_first ? leaky(m * leaky((m >= 0.f ? q : -q) + b, p.slope), p.slope) : q;
+                            const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+#pragma unroll
+                            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    const float y = m >= 0.f ? acc[mt][nt][2 * h + c] : -acc[mt][nt][2 * h + c];
+                                    float& q = best[mt][nt][2 * h + c];
+                                    q = nan_max(q, leaky(m * leaky(y + b, p.slope), p.slope));
+                                }
                         }
+                }
+            }
+
+            // f once (pool-first) and store. This thread's rows i = 0..3 are accumulator rows g, g + 8 of
+            // m-tile 0 and of m-tile 1: best[i / 2][nt][2 * (i % 2) + c].
+            const int64_t channel_stride = static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2];
+            int64_t row_dst[4];  // offset of (n, co0 + 2t, pd, ph, pw) in `out`, or -1 outside
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = warp * kRowsPerWarp + g + 8 * i;
+                const int pw = o.p0[2] + (r & (p.tile[2] - 1)),
+                          ph = o.p0[1] + ((r >> p.tile_log2[2]) & (p.tile[1] - 1)),
+                          pd = o.p0[0] + (r >> (p.tile_log2[2] + p.tile_log2[1]));
+                const bool ok = r < p.rows && pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
+                row_dst[i] = ok ? (o.n * p.out_channels + co0 + 2 * t) * channel_stride +
+                                      (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw
+                                : -1;
+            }
+            const bool full_block = co0 + kChannels <= p.out_channels;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int n_local = nt * 8 + 2 * t + c;
+                    if (!full_block && co0 + n_local >= p.out_channels) continue;
+                    const float m = mult_s[n_local], b = bias_s[n_local];
+                    const int64_t channel_offset = (nt * 8 + c) * channel_stride;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        if (row_dst[i] < 0) continue;
+                        const float q = best[i / 2][nt][2 * (i % 2) + c];
+                        p.out[row_dst[i] + channel_offset] =
+                            pool_first ? leaky(m * leaky((m >= 0.f ? q : -q) + b, p.slope), p.slope) : q;
+                    }
                 }
         }
         __syncthreads();  // every read of this box is done before the next iteration refills it
@@ -420,7 +474,7 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why the fused path does not apply.
 Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
                c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
-               int device) {
+               int device, int64_t channels_per_block = 0) {
     Plan plan;
     Params& p = plan.params;
     auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
@@ -498,6 +552,10 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         }
     }
     p.rows = p.tile[0] * p.tile[1] * p.tile[2];
+    for (int d = 0; d < 3; ++d) {
+        p.tile_log2[d] = 0;
+        while ((1 << p.tile_log2[d]) < p.tile[d]) ++p.tile_log2[d];
+    }
     int64_t num_tiles = batch;
     for (int d = 0; d < 3; ++d) {
         p.tiles[d] = (p.pooled[d] + p.tile[d] - 1) / p.tile[d];
@@ -505,17 +563,22 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         p.extent[d] = extent_of(d, p.tile[d]);
     }
     p.num_tiles = num_tiles;
+    p.windows = p.pool * p.pool * p.pool;
+    p.tap_entries = p.tap_start[0][p.pool] * p.tap_start[1][p.pool] * p.tap_start[2][p.pool];
     const int64_t box = static_cast<int64_t>(p.extent[0]) * p.extent[1] * p.extent[2];
     p.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
-    plan.nt = c_out <= 8 ? 1 : c_out <= 16 ? 2 : 4;
+    if (channels_per_block != 0 && channels_per_block != 8 && channels_per_block != 16 && channels_per_block != 32)
+        return fail("channels_per_block must be 0 (automatic), 8, 16 or 32, got " + std::to_string(channels_per_block));
+    plan.nt = channels_per_block ? static_cast<int>(channels_per_block / 8) : c_out <= 8 ? 1 : c_out <= 16 ? 2 : 4;
     const int w_stride = plan.nt == 1 ? weight_row_stride<1>() : plan.nt == 2 ? weight_row_stride<2>()
                                                                               : weight_row_stride<4>();
     plan.smem_bytes = sizeof(float) * (static_cast<size_t>(p.taps) * p.ci_padded * w_stride +
-                                       2 * static_cast<size_t>(p.ci_padded) * p.ci_stride + 2 * 8 * plan.nt);
+                                       2 * static_cast<size_t>(p.ci_padded) * p.ci_stride + 2 * 8 * plan.nt) +
+                      sizeof(int) * ((p.windows + 2) & ~1) + sizeof(int2) * static_cast<size_t>(p.tap_entries);
     int smem_limit = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (plan.smem_bytes > static_cast<size_t>(smem_limit))
-        return fail("the weight block and two input boxes need " + std::to_string(plan.smem_bytes) +
+        return fail("the weight block, two input boxes and the tap list need " + std::to_string(plan.smem_bytes) +
                     " bytes of shared memory, more than the GPU's " + std::to_string(smem_limit) +
                     " (C_in * kernel volume too large)");
     return plan;
@@ -557,7 +620,7 @@ void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& multiplier, std::vector<int64_t> stride, std::vector<int64_t> padding,
                       std::vector<int64_t> output_padding, int64_t pool, double slope, bool allow_tf32,
-                      const torch::Tensor& out) {
+                      const torch::Tensor& out, int64_t channels_per_block) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ",
                 c10::toString(x.scalar_type()));
@@ -578,7 +641,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
-                          output_padding, pool, device);
+                          output_padding, pool, device, channels_per_block);
     TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
     const Params& p = plan.params;
     TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
@@ -617,5 +680,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "else 3xTF32 (fp32-accurate)",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("multiplier"), py::arg("stride"),
           py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("slope"), py::arg("allow_tf32"),
-          py::arg("out"));
+          py::arg("out"), py::arg("channels_per_block") = 0);
 }

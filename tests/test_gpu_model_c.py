@@ -177,18 +177,33 @@ def test_v3_extension_checks_name_the_argument():
     w = torch.rand(3, 5, 3, 3, 3, device="cuda")
     p = torch.rand(5, device="cuda")
     out = torch.empty(2, 5, 4, 4, 4, device="cuda")
-    ok = (x, w, p, p, [2, 2, 2], [1, 1, 1], [1, 1, 1], 2, 0.2, False, out)
+    ok = (x, w, p, p, [2, 2, 2], [1, 1, 1], [1, 1, 1], 2, 0.2, False, out, 0)
     assert ext.forward(*ok) is not None
     cases = {"x must be float32": {0: x.double()}, "weight must be .C_in": {1: w[:2]},
              "bias must hold one value": {2: p[:4]}, "multiplier must be on": {3: p.cpu()},
              "out must have shape": {10: out[:1]}, "multiple of every stride": {4: [3, 2, 2]},
-             "x must be contiguous": {0: x.transpose(2, 3)}}
+             "x must be contiguous": {0: x.transpose(2, 3)}, "channels_per_block must be": {11: 12}}
     for pattern, change in cases.items():
         args = list(ok)
         for i, v in change.items():
             args[i] = v
         with pytest.raises(RuntimeError, match=pattern):
             ext.forward(*args)
+
+
+@pytest.mark.parametrize("allow_tf32", [False, True])
+def test_v3_channel_blocks_give_identical_results(allow_tf32):
+    """8, 16 or 32 channels per CTA change the blocking, not the arithmetic of any channel."""
+    ext = C._load_extension(C.KERNEL_V3)
+    torch.manual_seed(11)
+    x = torch.rand(2, 5, 6, 7, 9, device="cuda")
+    w, b, m = torch.randn(5, 40, 3, 3, 3, device="cuda"), torch.randn(40, device="cuda"), torch.randn(40, device="cuda")
+    outs = []
+    for block in (8, 16, 32):
+        out = torch.full((2, 40, 6, 7, 9), float("nan"), device="cuda")
+        outs.append(ext.forward(x, w, b, m, [2, 2, 2], [1, 1, 1], [1, 1, 1], 2, 0.2, allow_tf32, out, block))
+    assert not outs[0].isnan().any()
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
 def test_extension_checks_name_the_argument():
