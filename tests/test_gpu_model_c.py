@@ -39,6 +39,7 @@ def test_tf32_mode_parity():
     ([6, 5, 3, 3, 2, 2, (5, 1, 1, 1)], (2, 6, 3, 4, 3), 3, 0.2),       # stride 3, pool 3
     ([4, 6, 3, 2, 1, 1, (6, 1, 1, 1)], (2, 4, 7, 9, 8), 2, -0.3),      # negative slope: no pool-first
     ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (1, 16, 1, 1, 1), 2, 0.2),   # 1x1x1 input, batch 1
+    ([32, 24, 3, 2, 1, 1, (24, 1, 1, 1)], (2, 32, 5, 8, 12), 2, 0.2),  # C_in 32: smaller tiles to fit
 ])
 def test_v3_envelope_cases(init, shape, pool, slope):
     model = C.Model(*init).cuda()
