@@ -26,7 +26,8 @@ configuration ``nn.ConvTranspose3d`` accepts, multiplier of shape (C_out, 1, 1, 
 and no larger than the conv output, any negative slope (v2 falls back to v1 when it is
 negative). v3 needs, in addition, the pool to be a multiple of the stride in every dimension
 and C_in x kernel volume small enough for the weight block to sit in shared memory (see the
-.cu header); outside that, v3 runs v2 (``ModelNew.path(x)`` says which one runs and why).
+.cu header), on a GPU of compute capability 8.0 or newer; outside that, v3 runs v2
+(``ModelNew.path(x)`` says which one runs and why).
 Anything else raises a ValueError/TypeError naming the argument.
 """
 from __future__ import annotations
@@ -116,7 +117,9 @@ def v3_unsupported_reason(x_shape, cfg, device_index: int) -> str:
     key = (tuple(x_shape[1:]), cfg["out_channels"], cfg["kernel"], cfg["stride"], cfg["padding"],
            cfg["output_padding"], cfg["pool"], cfg["groups"], cfg["dilation"], device_index)
     if key not in _v3_reasons:
-        if cfg["groups"] != 1 or tuple(cfg["dilation"]) != (1, 1, 1):
+        if torch.cuda.get_device_capability(device_index) < (8, 0):
+            _v3_reasons[key] = "needs compute capability 8.0 or newer (cp.async, TF32 mma.sync)"
+        elif cfg["groups"] != 1 or tuple(cfg["dilation"]) != (1, 1, 1):
             _v3_reasons[key] = "groups and dilation must be 1"
         else:
             _v3_reasons[key] = _load_extension(KERNEL_V3).unsupported_reason(
@@ -211,6 +214,8 @@ class ModelNew(nn.Module):
         """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
         if self.variant != "v3":
             return self.variant
+        if not x.is_cuda:
+            return "v2 (v3 unsupported: x is not a CUDA tensor)"
         reason = v3_unsupported_reason(x.shape, self._config(), x.device.index)
         return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
 

@@ -50,3 +50,10 @@ def test_model_new_refuses_bad_configuration_and_cpu_input():
         C.ModelNew(*init, variant="v4")
     with pytest.raises(ValueError, match="pool"):
         C.ModelNew(*init, pool=9)
+
+
+def test_path_of_a_cpu_tensor_is_the_fallback():
+    """path() answers without a GPU (forward itself refuses CPU input, see above)."""
+    fused = C.ModelNew(*C.get_init_inputs())
+    assert fused.path(torch.rand(1, 16, 2, 2, 2)).startswith("v2 (v3 unsupported")
+    assert C.ModelNew(*C.get_init_inputs(), variant="v1").path(torch.rand(1, 16, 2, 2, 2)) == "v1"
