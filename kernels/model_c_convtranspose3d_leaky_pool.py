@@ -93,6 +93,39 @@ def pool_first_reference(y: torch.Tensor, multiplier: torch.Tensor, slope: float
     return F.leaky_relu(m * F.leaky_relu(q, slope), slope)
 
 
+def stride_phase_reference(x: torch.Tensor, weight: torch.Tensor, stride, padding, output_padding,
+                           pool: int) -> torch.Tensor:
+    """v3's algebra in plain PyTorch: max_pool3d(conv_transpose3d(x, weight), pool) (no bias) computed as
+    v3 does, one ordinary convolution per window offset (= stride phase), max over the offsets.
+
+    Needs pool % stride == 0 per dimension. Per dimension, window offset r takes the taps
+    k = (r + padding) mod stride, + stride, ... and reads input p * (pool / stride) + (r + padding - k) / stride
+    for pooled position p (zero outside x), as the kernel's tap tables do.
+    """
+    n, _, *in_size = x.shape
+    kernel = weight.shape[2:]
+    out_size = [(i - 1) * s - 2 * p + k + op for i, s, p, k, op in zip(in_size, stride, padding, kernel, output_padding)]
+    pooled = [o // pool for o in out_size]
+    step = [pool // s for s in stride]
+    margin = max(kernel) + pool  # every index the taps reach, shifted to be >= 0
+    xp = F.pad(x, [margin, margin + pool * max(pooled)] * 3)
+    def taps(d, r):
+        return [(k, (r + padding[d] - k) // stride[d]) for k in range((r + padding[d]) % stride[d], kernel[d], stride[d])]
+    best = None
+    for rd in range(pool):
+        for rh in range(pool):
+            for rw in range(pool):
+                y = x.new_zeros(n, weight.shape[1], *pooled)
+                for kd, cd in taps(0, rd):
+                    for kh, ch in taps(1, rh):
+                        for kw, cw in taps(2, rw):
+                            xs = xp[:, :, margin + cd::step[0], margin + ch::step[1], margin + cw::step[2]]
+                            xs = xs[:, :, :pooled[0], :pooled[1], :pooled[2]]
+                            y += torch.einsum("nidhw,io->nodhw", xs, weight[:, :, kd, kh, kw])
+                best = y if best is None else torch.maximum(best, y)
+    return best
+
+
 _extensions = {}
 
 

@@ -57,3 +57,26 @@ def test_path_of_a_cpu_tensor_is_the_fallback():
     fused = C.ModelNew(*C.get_init_inputs())
     assert fused.path(torch.rand(1, 16, 2, 2, 2)).startswith("v2 (v3 unsupported")
     assert C.ModelNew(*C.get_init_inputs(), variant="v1").path(torch.rand(1, 16, 2, 2, 2)) == "v1"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stride_phase_decomposition_matches_conv_transpose_then_pool(seed):
+    """v3's algebra: one ordinary conv per window offset (stride phase), max over offsets, in float64."""
+    g = torch.Generator().manual_seed(100 + seed)
+    pick = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))
+    pool = pick(1, 4)
+    stride = [s for s in (1, 2, 3, 4) if pool % s == 0]
+    stride = [stride[pick(0, len(stride) - 1)] for _ in range(3)]
+    kernel = [pick(1, 5) for _ in range(3)]
+    padding = [pick(0, k - 1) for k in kernel]
+    output_padding = [pick(0, s - 1) for s in stride]
+    in_size = []
+    for s, p, k, op in zip(stride, padding, kernel, output_padding):
+        sizes = [i for i in range(1, 8) if (i - 1) * s - 2 * p + k + op >= pool]
+        in_size.append(sizes[pick(0, len(sizes) - 1)])
+    x = torch.randn(2, 3, *in_size, generator=g, dtype=torch.float64)
+    w = torch.randn(3, 4, *kernel, generator=g, dtype=torch.float64)
+    expected = torch.nn.functional.max_pool3d(torch.nn.functional.conv_transpose3d(
+        x, w, stride=stride, padding=padding, output_padding=output_padding), pool)
+    got = C.stride_phase_reference(x, w, stride, padding, output_padding, pool)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
