@@ -1,4 +1,5 @@
-"""Test setup: the repository root on sys.path, and the `gpu` marker that skips without a CUDA GPU."""
+"""Test setup: the repository root on sys.path, the `gpu` marker that skips without a CUDA GPU, and a
+fixture that checks a forward runs on the current stream."""
 import sys
 from pathlib import Path
 
@@ -16,3 +17,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def on_busy_side_stream():
+    """``run(forward, x_stale, x_new)``: call ``forward`` on a side stream that a sleep keeps busy, with
+    ``x_new``'s values copied into the input *on that stream, after the sleep*. A forward that
+    launches on the current stream sees ``x_new``; one that launches on any other stream runs
+    before the copy and sees ``x_stale``. Returns the forward's result after the side stream finishes.
+    ``run.on_default_stream(forward)`` wraps a forward to launch on the default stream (the wrong
+    one), so a test can show that the check fails for it.
+    """
+    def run(forward, x_stale, x_new):
+        x = x_stale.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU clock cycles
+            x.copy_(x_new)
+            result = forward(x)
+        side.synchronize()
+        return result
+
+    def on_default_stream(forward):
+        def wrong(x):
+            with torch.cuda.stream(torch.cuda.default_stream()):
+                return forward(x)
+        return wrong
+
+    run.on_default_stream = on_default_stream
+    return run

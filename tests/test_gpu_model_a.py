@@ -188,13 +188,12 @@ def test_many_channels_use_large_shared_memory():
                          seeds=(11,), shifts=(0.0,))
 
 
-def test_runs_on_the_current_stream():
+def test_runs_on_the_current_stream(on_busy_side_stream):
     model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -1.0, 1.0])
-    x = torch.rand(3, 3, 10, 12, 14, device="cuda")
-    expected = fused(x)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        got = fused(x)
-    side.synchronize()
-    assert torch.equal(got, expected)
+    x_stale, x_new = torch.rand(3, 3, 10, 12, 14, device="cuda"), torch.rand(3, 3, 10, 12, 14, device="cuda")
+    with torch.no_grad():
+        expected = fused(x_new)
+        assert torch.equal(on_busy_side_stream(fused, x_stale, x_new), expected)
+        # the check can fail: the same forward launched on the default stream reads the stale input
+        wrong = on_busy_side_stream(on_busy_side_stream.on_default_stream(fused), x_stale, x_new)
+        assert not torch.equal(wrong, expected)

@@ -155,7 +155,7 @@ def test_pool_larger_than_output_raises():
         fused(torch.rand(1, 2, 3, 8, 8, device="cuda"))
 
 
-def test_v3_uses_the_current_stream_and_no_large_allocation():
+def test_v3_no_large_allocation_and_deterministic():
     _, fused = _models(C.get_init_inputs())
     x = torch.rand(C.batch_size, C.in_channels, C.depth, C.height, C.width, device="cuda")
     out = torch.full((C.batch_size, C.out_channels, 16, 32, 32), float("nan"), device="cuda")
@@ -164,12 +164,23 @@ def test_v3_uses_the_current_stream_and_no_large_allocation():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            fused["v3"](x, out=out)
-        stream.synchronize()
+        fused["v3"](x, out=out)
+        torch.cuda.synchronize()
         assert torch.cuda.max_memory_allocated() - before < 1 << 20  # nothing of the conv output's 268 MB
-    assert torch.equal(out, expected)  # also: deterministic
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("allow_tf32", [False, True])
+def test_v3_runs_on_the_current_stream(on_busy_side_stream, allow_tf32):
+    init = [5, 12, 3, 2, 1, 1, (12, 1, 1, 1)]
+    fused = C.ModelNew(*init, allow_tf32=allow_tf32).cuda()
+    x_stale, x_new = torch.rand(2, 5, 6, 8, 9, device="cuda"), torch.rand(2, 5, 6, 8, 9, device="cuda")
+    with torch.no_grad():
+        assert fused.path(x_new) == "v3"
+        expected = fused(x_new)
+        assert torch.equal(on_busy_side_stream(fused, x_stale, x_new), expected)
+        wrong = on_busy_side_stream(on_busy_side_stream.on_default_stream(fused), x_stale, x_new)
+        assert not torch.equal(wrong, expected)  # the check can fail
 
 
 def test_v3_extension_checks_name_the_argument():
