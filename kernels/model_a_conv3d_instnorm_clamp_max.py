@@ -5,15 +5,25 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works; its forward runs the fused
 kernels), ``get_inputs()`` and ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` v1 keeps PyTorch's (cuDNN) Conv3d and replaces the five ops after it with
-``kernels/model_a_v1_fused_tail.cu``: one pass for the per-(n, c) statistics, one pass for
-normalise -> clamp -> x m -> max, writing only the (N, D', H', W') output. The conv runs without
-its bias: InstanceNorm subtracts each (n, c) plane's mean, so a per-channel constant cancels
-exactly (and PyTorch would add it in a separate pass over the conv output).
+``ModelNew`` has two forward variants:
+
+* ``variant="v3"`` (default): the whole model in one launch of
+  ``kernels/model_a_v3_fused_conv_instnorm_max.cu``. One thread-block cluster per sample computes
+  the conv on tensor cores (3xTF32 split products by default, fp32-accurate; 1xTF32 with
+  ``allow_tf32=True``), keeps it in registers while the InstanceNorm statistics are merged across
+  the cluster, and writes only the (N, D', H', W') output.
+* ``variant="v1"``: PyTorch's (cuDNN) Conv3d, then ``kernels/model_a_v1_fused_tail.cu``: one pass
+  for the per-(n, c) statistics, one pass for normalise -> clamp -> x m -> max.
+
+Both drop the conv bias: InstanceNorm subtracts each (n, c) plane's mean, so a per-channel
+constant cancels exactly (and PyTorch would add it in a separate pass over the conv output).
 
 Envelope of ``ModelNew``: float32 CUDA input of shape (N, C_in, D, H, W), any N (0 included),
 any conv configuration ``nn.Conv3d`` accepts with its defaults, 1 <= C_out <= 8192, multiplier
 of shape (C_out, 1, 1, 1), any clamp bounds. Forward only: the output carries no autograd graph.
+v3 needs, in addition, a GPU of compute capability 9.0 or newer, a cubic kernel of side 1..5,
+C_out <= 32, and a sample small enough for 16 CTAs (see the .cu header); outside that, v3 runs
+v1 (``ModelNew.path(x)`` says which one runs and why).
 Anything else raises a ValueError/TypeError that names the argument.
 """
 from __future__ import annotations
@@ -25,6 +35,8 @@ import torch.nn.functional as F
 import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_a_v1_fused_tail"
+KERNEL_V3 = "model_a_v3_fused_conv_instnorm_max"
+VARIANTS = ("v1", "v3")
 
 # KernelBench size
 batch_size = 128
@@ -81,27 +93,71 @@ def tail_math_reference(y: torch.Tensor, multiplier: torch.Tensor, clamp_min: fl
     return (m * torch.clamp((y - mu) * a, clamp_min, clamp_max)).max(dim=1).values
 
 
-_extension = None
+def flat_rows_conv_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """v3's "flat implicit GEMM" in plain PyTorch: conv3d(x, weight) (stride 1, no padding, no bias).
+
+    Row q = (od * H + oh) * W + ow of a sample reads input flat index q + off(ci, kd, kh, kw), with
+    off = ci * D*H*W + (kd * H + kh) * W + kw, for every tap: one GEMM [rows] x [C_in k^3] x [C_out]
+    over the Do * H * W rows, then the rows with oh >= Ho or ow >= Wo are dropped. The kernel's tap
+    table holds exactly these offsets (its per-CTA box starts at the CTA's first row instead of 0).
+    """
+    n, c_in, d, h, w = x.shape
+    k = weight.shape[2]
+    od, oh, ow = d - k + 1, h - k + 1, w - k + 1
+    rows = od * h * w
+    flat = torch.cat([x.reshape(n, -1), x.new_zeros(n, k * (h * w + w + 1))], dim=1)  # zeros past the end
+    taps = [(ci, kd, kh, kw) for ci in range(c_in) for kd in range(k) for kh in range(k) for kw in range(k)]
+    gathered = torch.stack([flat[:, ci * d * h * w + (kd * h + kh) * w + kw:][:, :rows]
+                            for ci, kd, kh, kw in taps], dim=2)               # (N, rows, C_in k^3)
+    y = gathered @ weight.reshape(weight.shape[0], -1).t()                  # (N, rows, C_out)
+    y = y.reshape(n, od, h, w, -1)[:, :, :oh, :ow]                          # drop the wrapped rows
+    return y.permute(0, 4, 1, 2, 3)
 
 
-def _load_extension():
-    global _extension
-    if _extension is None:
-        _extension = helpers.load_kernel(KERNEL)
-    return _extension
+_extensions = {}
+
+
+def _load_extension(name: str = KERNEL):
+    """The built extension (cached here so a forward does not re-hash the source)."""
+    if name not in _extensions:
+        _extensions[name] = helpers.load_kernel(name)
+    return _extensions[name]
+
+
+_v3_reasons = {}
+
+
+def v3_unsupported_reason(x_shape, conv: nn.Conv3d, device_index: int) -> str:
+    """'' when v3's fused kernel handles this input shape and conv on this device, else why not (cached)."""
+    key = (tuple(x_shape), conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+           conv.groups, conv.padding_mode, device_index)
+    if key not in _v3_reasons:
+        if torch.cuda.get_device_capability(device_index) < (9, 0):
+            reason = "needs compute capability 9.0 or newer (thread-block clusters)"
+        elif (conv.stride != (1, 1, 1) or conv.padding != (0, 0, 0) or conv.dilation != (1, 1, 1)
+              or conv.groups != 1 or conv.padding_mode != "zeros"):
+            reason = "the conv must have stride 1, no padding, dilation 1 and groups 1 (nn.Conv3d's defaults)"
+        else:
+            reason = _load_extension(KERNEL_V3).unsupported_reason(
+                list(x_shape[2:]), x_shape[0], x_shape[1], conv.out_channels, list(conv.kernel_size), device_index)
+        _v3_reasons[key] = reason
+    return _v3_reasons[key]
 
 
 class ModelNew(nn.Module):
-    """Model A with the tail fused: cuDNN Conv3d, then two CUDA passes (statistics; the rest).
+    """Model A fused: v3 in one kernel, v1 as cuDNN Conv3d + two CUDA passes (module docstring).
 
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``):
-    False runs the conv with TF32 off (fp32-accurate, PARITY.md's default mode); True lets cuDNN
-    pick a TF32 conv (relative-L2 near 1e-4, not promised for inputs with a large offset).
+    False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1 runs
+    cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv (v1).
+    ``variant``: "v1" or "v3" (default).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, multiplier_shape, clamp_min, clamp_max,
-                 *, allow_tf32: bool = False):
+                 *, allow_tf32: bool = False, variant: str = "v3"):
         super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"ModelNew: variant must be one of {VARIANTS}, got {variant!r}")
         if tuple(multiplier_shape) != (out_channels, 1, 1, 1):
             raise ValueError(f"ModelNew: multiplier_shape must be (out_channels, 1, 1, 1) = "
                              f"({out_channels}, 1, 1, 1), got {tuple(multiplier_shape)}")
@@ -113,17 +169,32 @@ class ModelNew(nn.Module):
         self.clamp_min = float(clamp_min)
         self.clamp_max = float(clamp_max)
         self.allow_tf32 = bool(allow_tf32)
+        self.variant = variant
+
+    def path(self, x: torch.Tensor) -> str:
+        """Which forward runs for input ``x``: "v1", "v3", or "v1 (v3 unsupported: <reason>)"."""
+        if self.variant != "v3":
+            return self.variant
+        if not x.is_cuda:
+            return "v1 (v3 unsupported: x is not a CUDA tensor)"
+        reason = v3_unsupported_reason(x.shape, self.conv, x.device.index)
+        return "v3" if not reason else f"v1 (v3 unsupported: {reason})"
 
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it."""
         helpers.check_input(x, spatial_dims=3, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
+        if self.conv.padding_mode != "zeros":
+            raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
+        if self.path(x) == "v3":
+            return self._forward_v3(x.contiguous(), out)
         # A contiguous input gives cuDNN's NCDHW output; channels-last inputs would give a
         # channels-last conv output, and making that contiguous would copy the largest tensor.
         with helpers.cudnn_tf32(self.allow_tf32):
             # No bias: InstanceNorm removes any per-channel constant, so the bias cannot change
             # the output, and cuDNN would add it in a separate pass over the conv output.
-            y = F.conv3d(x.contiguous(), self.conv.weight, None)
+            y = F.conv3d(x.contiguous(), self.conv.weight, None, self.conv.stride, self.conv.padding,
+                         self.conv.dilation, self.conv.groups)
         y = y.contiguous()  # a no-op for the NCDHW output above
         if y.shape[2] * y.shape[3] * y.shape[4] == 1:
             raise ValueError(f"ModelNew: the conv output has one spatial element per channel (shape "
@@ -132,3 +203,15 @@ class ModelNew(nn.Module):
             out = torch.empty((y.shape[0], *y.shape[2:]), device=y.device, dtype=y.dtype)
         return _load_extension().fused_tail(y, self.multiplier.detach(), self.clamp_min, self.clamp_max,
                                             float(self.instance_norm.eps), out)
+
+    def _forward_v3(self, x, out):
+        k = self.conv.kernel_size[0]
+        out_size = [s - k + 1 for s in x.shape[2:]]
+        if out_size[0] * out_size[1] * out_size[2] == 1:
+            raise ValueError(f"ModelNew: the conv output has one spatial element per channel (input "
+                             f"{tuple(x.shape)}); InstanceNorm3d needs more than one, as in PyTorch")
+        if out is None:
+            out = torch.empty((x.shape[0], *out_size), device=x.device, dtype=x.dtype)
+        return _load_extension(KERNEL_V3).forward(x, self.conv.weight.detach(), self.multiplier.detach(),
+                                                  self.clamp_min, self.clamp_max, float(self.instance_norm.eps),
+                                                  self.allow_tf32, out)

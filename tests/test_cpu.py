@@ -4,6 +4,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 
 import helpers
 from kernels import model_a_conv3d_instnorm_clamp_max as A
@@ -197,3 +198,16 @@ def test_cudnn_tf32_sets_and_restores_the_flag():
     with helpers.cudnn_tf32(not before):
         assert torch.backends.cudnn.allow_tf32 == (not before)
     assert torch.backends.cudnn.allow_tf32 == before
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_model_a_flat_rows_conv_matches_conv3d(seed):
+    """v3's flat-row decomposition (one GEMM over Do*H*W rows, a constant offset per tap, wrapped rows
+    dropped) equals conv3d, in float64, over random kernels 1-5, channels and odd sizes."""
+    g = torch.Generator().manual_seed(seed)
+    k = int(torch.randint(1, 6, (1,), generator=g))
+    c_in, c_out = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 7, (1,), generator=g))
+    size = [k + int(torch.randint(0, 6, (1,), generator=g)) for _ in range(3)]
+    x = torch.randn(2, c_in, *size, dtype=torch.float64, generator=g)
+    w = torch.randn(c_out, c_in, k, k, k, dtype=torch.float64, generator=g)
+    torch.testing.assert_close(A.flat_rows_conv_reference(x, w), F.conv3d(x, w), rtol=1e-12, atol=1e-12)

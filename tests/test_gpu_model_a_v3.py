@@ -1,0 +1,237 @@
+"""Model A (KernelBench L2-79) v3 on the GPU: the single-launch kernel (conv inside), its envelope and
+fallback, parity as PARITY.md defines it, bad inputs, streams, memory.
+
+Every parity case draws fresh weights and inputs (helpers.randomize_parameters includes a zero and a
+negative multiplier), checks inputs as drawn and shifted by +100 where stated, and hands the kernel an
+output buffer poisoned with NaN.
+"""
+import random
+
+import pytest
+import torch
+
+import helpers
+from kernels import model_a_conv3d_instnorm_clamp_max as A
+
+pytestmark = pytest.mark.gpu
+
+
+def _models(init, modes=("fp32", "tf32"), **kwargs):
+    torch.manual_seed(0)
+    model = A.Model(*init).cuda()
+    fused = {f"v3 {mode}": A.ModelNew(*init, allow_tf32=(mode == "tf32"), **kwargs).cuda() for mode in modes}
+    for module in fused.values():
+        module.load_state_dict(model.state_dict())
+    return model, fused
+
+
+def _v3_ext():
+    return A._load_extension(A.KERNEL_V3)
+
+
+def test_kernelbench_size_parity_both_modes():
+    model, fused = _models(A.get_init_inputs())
+    x = torch.rand(A.batch_size, A.in_channels, A.depth, A.height, A.width, device="cuda")
+    assert fused["v3 fp32"].path(x) == "v3"  # the fused kernel, not the fallback
+    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand_like(x)], seeds=(0, 1, 2),
+                                  tf32={"v3 tf32"})
+    judged = report[report.contender.str.startswith("v3")]
+    assert judged.passed.dropna().all()
+    assert judged[judged.contender == "v3 fp32"].passed.all() and len(judged[judged.contender == "v3 fp32"]) == 6
+    assert judged[judged.case.str.contains(r"\+0")].kernelbench_allclose.all()
+
+
+@pytest.mark.parametrize("init, shape", [
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (1, 3, 16, 32, 32)),     # batch 1: more CTAs per sample
+    ([1, 1, 3, (1, 1, 1, 1), -0.5, 0.5], (2, 1, 5, 6, 7)),          # one channel in and out, odd sizes
+    ([2, 8, 5, (8, 1, 1, 1), 0.2, 0.9], (3, 2, 7, 9, 11)),          # k 5, both bounds positive, NT = 1
+    ([4, 9, 2, (9, 1, 1, 1), -0.9, -0.1], (2, 4, 6, 5, 13)),        # k 2, both bounds negative, 9 channels
+    ([64, 17, 1, (17, 1, 1, 1), -1.0, 1.0], (2, 64, 4, 6, 10)),     # k 1, C_in 64, NT = 4
+    ([3, 32, 3, (32, 1, 1, 1), -2.0, 2.0], (2, 3, 10, 21, 23)),     # C_out 32
+    ([5, 16, 4, (16, 1, 1, 1), -1.0, 1.0], (2, 5, 4, 4, 5)),        # conv output 1 x 1 x 2
+    ([2, 12, 3, (12, 1, 1, 1), -1.0, 1.0], (2, 2, 16, 30, 34)),     # 7+ CTAs per sample
+    ([3, 16, 3, (16, 1, 1, 1), 0.5, 0.5], (2, 3, 6, 7, 8)),         # lo == hi
+])
+def test_v3_envelope_cases(init, shape):
+    model, fused = _models(init)
+    x = torch.rand(shape, device="cuda")
+    assert fused["v3 fp32"].path(x) == "v3"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(7, 8),
+                         shifts=(0.0,), tf32={"v3 tf32"})
+    helpers.parity_sweep(model, {"v3 fp32": fused["v3 fp32"]}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(9,), shifts=(100.0,))
+
+
+def test_odd_plane_takes_the_scalar_copy_path():
+    """D*H*W not a multiple of 4: 4-byte copies instead of 16-byte ones; an input not 16-byte aligned too."""
+    init = [3, 16, 3, (16, 1, 1, 1), -1.0, 1.0]
+    model, fused = _models(init, modes=("fp32",))
+    shape = (2, 3, 7, 9, 11)
+    base = torch.rand(torch.Size(shape).numel() + 1, device="cuda")
+    x = base[1:].view(shape)
+    assert x.data_ptr() % 16 != 0 and x.is_contiguous()
+    with torch.no_grad():
+        truth = model.double()(x.double())
+        out = fused["v3 fp32"](x, out=torch.full(truth.shape, float("nan"), device="cuda"))
+    assert helpers.errors_vs(truth, out)["rel_l2"] < 1e-6
+
+
+@pytest.mark.parametrize("init, shape, reason", [
+    ([3, 33, 3, (33, 1, 1, 1), -1.0, 1.0], (2, 3, 6, 6, 6), "C_out must be in 1..32"),
+    ([3, 8, (3, 3, 2), (8, 1, 1, 1), -1.0, 1.0], (2, 3, 6, 6, 6), "cubic"),
+    ([3, 8, 6, (8, 1, 1, 1), -1.0, 1.0], (2, 3, 8, 8, 8), "cubic with side 1..5"),
+    ([16, 16, 5, (16, 1, 1, 1), -1.0, 1.0], (2, 16, 12, 12, 12), "shared memory"),
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (1, 3, 64, 64, 64), "more than 16 CTAs"),
+])
+def test_v3_falls_back_to_v1_outside_its_envelope(init, shape, reason):
+    model, fused = _models(init, modes=("fp32",))
+    x = torch.rand(shape, device="cuda")
+    path = fused["v3 fp32"].path(x)
+    assert path.startswith("v1 (v3 unsupported") and reason in path, path
+    helpers.parity_sweep(model, {"v3 fallback": fused["v3 fp32"]}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(4,), shifts=(0.0,))
+
+
+def test_conv_with_non_default_stride_falls_back():
+    init = [3, 8, 3, (8, 1, 1, 1), -1.0, 1.0]
+    model, fused = _models(init, modes=("fp32",))
+    for m in (model, fused["v3 fp32"]):
+        m.conv.stride = (2, 2, 2)
+    x = torch.rand(2, 3, 9, 9, 9, device="cuda")
+    assert "stride 1" in fused["v3 fp32"].path(x)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand_like(x)], seeds=(5,), shifts=(0.0,))
+
+
+def _random_config(rng: random.Random):
+    k = rng.randint(1, 5)
+    lo = rng.uniform(-2.0, 1.0)
+    hi = lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])
+    c_out = rng.choice([rng.randint(1, 16), rng.randint(17, 32), rng.randint(33, 48)])
+    c_in = rng.choice([rng.randint(1, 4), rng.randint(5, 12)])
+    init = [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi]
+    shape = (rng.choice([1, 1, 2, 3, 5]), c_in, *(k + rng.randint(0, 21) for _ in range(3)))
+    if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
+        shape = (*shape[:4], k + 1)
+    return init, shape
+
+
+def test_random_configurations_parity():
+    """50 random configurations, both modes; v3 where its envelope allows, v1 elsewhere."""
+    ran_v3 = 0
+    for index in range(50):
+        init, shape = _random_config(random.Random(5000 + index))
+        model, fused = _models(init)
+        x = torch.rand(shape, device="cuda")
+        ran_v3 += fused["v3 fp32"].path(x) == "v3"
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                             shifts=(0.0, 100.0), tf32={"v3 tf32"})
+    assert ran_v3 >= 30, ran_v3
+
+
+def test_cluster_sizes_agree():
+    """Every cluster size that fits gives the same answer to float rounding (only the statistics' merge
+    order and the split of rows between CTAs change)."""
+    ext = _v3_ext()
+    torch.manual_seed(3)
+    x = torch.rand(3, 3, 16, 32, 32, device="cuda")
+    w = torch.randn(16, 3, 3, 3, 3, device="cuda") * 0.2
+    m = torch.randn(16, device="cuda")
+    outs = {}
+    for cs in (7, 8, 14, 16):
+        out = torch.full((3, 14, 30, 30), float("nan"), device="cuda")
+        outs[cs] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, cluster_size=cs)
+    outs["8 warps"] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, torch.full_like(out, float("nan")),
+                                  warps_per_cta=8)
+    for cs, out in outs.items():
+        torch.testing.assert_close(out, outs[7], atol=2e-6, rtol=0, msg=f"cluster_size {cs}")
+    with pytest.raises(RuntimeError, match="does not fit"):
+        ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, torch.empty(3, 14, 30, 30, device="cuda"), cluster_size=2)
+
+
+def test_plan_info_at_kernelbench_size():
+    info = _v3_ext().plan_info([16, 32, 32], 128, 3, 16, [3, 3, 3], False, torch.cuda.current_device())
+    assert info["cluster_size"] * info["rows_per_cta"] >= 14 * 32 * 32
+    assert info["n_tiles"] == 2 and info["k_steps"] == 11
+
+
+def test_extension_checks_name_the_argument():
+    ext = _v3_ext()
+    x = torch.rand(2, 3, 6, 7, 8, device="cuda")
+    w = torch.randn(4, 3, 3, 3, 3, device="cuda")
+    m = torch.randn(4, device="cuda")
+    out = torch.empty(2, 4, 5, 6, device="cuda")
+    bad_calls = {
+        "x must be a CUDA tensor": (x.cpu(), w, m, out),
+        "x must be float32": (x.double(), w, m, out),
+        "x must be 5-D": (x[0], w, m, out),
+        "x must be contiguous": (x.transpose(2, 3), w, m, out),
+        "weight must be on": (x, w.cpu(), m, out),
+        "weight must be float32": (x, w.double(), m, out),
+        r"weight must be \(C_out, C_in": (x, w[:, :2].contiguous(), m, out),
+        "multiplier must hold one value": (x, w, m[:3], out),
+        "multiplier must be contiguous": (x, w, torch.randn(4, 2, device="cuda")[:, 0], out),
+        r"out must have shape \(N, Do, Ho, Wo\)": (x, w, m, out[:1]),
+        "out must be float32": (x, w, m, out.double()),
+        "outside v3's envelope: C_out": (x, torch.randn(40, 3, 3, 3, 3, device="cuda"), torch.randn(40, device="cuda"), out),
+    }
+    for pattern, (xx, ww, mm, oo) in bad_calls.items():
+        with pytest.raises(RuntimeError, match=pattern):
+            ext.forward(xx, ww, mm, -1.0, 1.0, 1e-5, False, oo)
+    with pytest.raises(RuntimeError, match="eps must be > 0"):
+        ext.forward(x, w, m, -1.0, 1.0, 0.0, False, out)
+    with pytest.raises(RuntimeError, match="cluster_size must be"):
+        ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, cluster_size=17)
+
+
+def test_no_allocation_beyond_the_output():
+    _, fused = _models(A.get_init_inputs(), modes=("fp32",))
+    x = torch.rand(A.batch_size, A.in_channels, A.depth, A.height, A.width, device="cuda")
+    fused["v3 fp32"](x)  # warm: extension loaded
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fused["v3 fp32"](x)
+    torch.cuda.synchronize()
+    output = A.batch_size * 14 * 30 * 30 * 4
+    assert torch.cuda.max_memory_allocated() - before <= output + (1 << 20)  # the conv output is 16x this
+
+
+def test_repeatable_bits():
+    """Same inputs, same bits: the statistics merge has a fixed order; no race between CTAs."""
+    _, fused = _models(A.get_init_inputs())
+    x = torch.rand(8, 3, 16, 32, 32, device="cuda")
+    for module in fused.values():
+        first = module(x)
+        for _ in range(5):
+            assert torch.equal(module(x), first)
+
+
+def test_empty_batch_and_one_element_refused():
+    _, fused = _models(A.get_init_inputs(), modes=("fp32",))
+    assert fused["v3 fp32"](torch.rand(0, 3, 16, 32, 32, device="cuda")).shape == (0, 14, 30, 30)
+    with pytest.raises(ValueError, match="one spatial element"):
+        fused["v3 fp32"](torch.rand(2, 3, 3, 3, 3, device="cuda"))
+
+
+def test_runs_on_the_current_stream(on_busy_side_stream):
+    _, fused = _models([3, 8, 3, (8, 1, 1, 1), -1.0, 1.0], modes=("fp32",))
+    module = fused["v3 fp32"]
+    x_stale, x_new = torch.rand(3, 3, 10, 12, 14, device="cuda"), torch.rand(3, 3, 10, 12, 14, device="cuda")
+    assert module.path(x_new) == "v3"
+    with torch.no_grad():
+        expected = module(x_new)
+        assert torch.equal(on_busy_side_stream(module, x_stale, x_new), expected)
+        wrong = on_busy_side_stream(on_busy_side_stream.on_default_stream(module), x_stale, x_new)
+        assert not torch.equal(wrong, expected)
+
+
+def test_nan_and_inf_inputs_propagate_like_pytorch():
+    """A NaN in a sample's input makes PyTorch's InstanceNorm NaN for the whole sample; so does v3."""
+    model, fused = _models([2, 4, 3, (4, 1, 1, 1), -1.0, 1.0], modes=("fp32",))
+    x = torch.rand(2, 2, 6, 7, 8, device="cuda")
+    x[1, 0, 3, 3, 3] = float("nan")
+    with torch.no_grad():
+        expected, got = model(x), fused["v3 fp32"](x)
+    assert torch.isnan(expected[1]).all() and torch.isnan(got[1]).all()
+    assert not torch.isnan(got[0]).any()
+    torch.testing.assert_close(got[0], expected[0], atol=1e-4, rtol=1e-4)
