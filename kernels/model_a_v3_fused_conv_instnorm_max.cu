@@ -176,21 +176,21 @@ __device__ __forceinline__ float sum_over_rows(float v) {
 }
 
 // Shared-memory layout of one CTA (dynamic part), in this order, each part 16-byte aligned.
-template <int NT, bool SPLIT3>
 struct SmemLayout {
-    static constexpr int kWeightFloats = SPLIT3 ? 4 : 2;  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
-    __host__ __device__ static size_t weight_bytes(int ksteps) {
-        return static_cast<size_t>(ksteps) * NT * 32 * kWeightFloats * sizeof(float);
+    int nt;       // n8 tiles
+    bool split3;  // 3xTF32: hi and lo planes of the box, hi and lo weight fragments
+    __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
+        return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
-    __host__ __device__ static size_t gathered_bytes(int cluster) {  // (count, mean, M2) per CTA and channel
-        return (static_cast<size_t>(cluster) * 8 * NT * sizeof(double3) + 15) / 16 * 16;
+    __host__ __device__ size_t gathered_bytes(int cluster) const {  // (count, mean, M2) per CTA and channel
+        return (static_cast<size_t>(cluster) * 8 * nt * sizeof(double3) + 15) / 16 * 16;
     }
-    __host__ __device__ static size_t tap_bytes(int ksteps) { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
-    __host__ __device__ static size_t row_bytes(int tiles) { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
-    __host__ __device__ static size_t box_bytes(int c_in, int pitch) {
-        return static_cast<size_t>(SPLIT3 ? 2 : 1) * c_in * pitch * sizeof(float);
+    __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
+    __host__ __device__ size_t row_bytes(int tiles) const { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
+    __host__ __device__ size_t box_bytes(int c_in, int pitch) const {
+        return static_cast<size_t>(split3 ? 2 : 1) * c_in * pitch * sizeof(float);
     }
-    __host__ __device__ static size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch) {
+    __host__ __device__ size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch) const {
         return weight_bytes(ksteps) + gathered_bytes(cluster) + tap_bytes(ksteps) + row_bytes(tiles) +
                box_bytes(c_in, pitch);
     }
@@ -205,19 +205,19 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 fused_conv_instnorm_max_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int MT = kTilesPerWarp / NT;
-    using Layout = SmemLayout<NT, SPLIT3>;
+    constexpr SmemLayout layout{NT, SPLIT3};
     extern __shared__ __align__(16) unsigned char smem[];
     cg::cluster_group cluster = cg::this_cluster();
     const int cluster_size = static_cast<int>(cluster.num_blocks());
     unsigned char* carve = smem;
     float* weight_frag = reinterpret_cast<float*>(carve);
-    carve += Layout::weight_bytes(p.ksteps);
+    carve += layout.weight_bytes(p.ksteps);
     double3* gathered = reinterpret_cast<double3*>(carve);  // [cluster_size][8 * NT]
-    carve += Layout::gathered_bytes(cluster_size);
+    carve += layout.gathered_bytes(cluster_size);
     int2* taps = reinterpret_cast<int2*>(carve);
-    carve += Layout::tap_bytes(p.ksteps);
+    carve += layout.tap_bytes(p.ksteps);
     int* row_out = reinterpret_cast<int*>(carve);
-    carve += Layout::row_bytes(p.warps * MT);
+    carve += layout.row_bytes(p.warps * MT);
     float* box_hi = reinterpret_cast<float*>(carve);
     float* box_lo = box_hi + p.c_in * p.box_pitch;  // SPLIT3 only
 
@@ -554,16 +554,6 @@ struct Plan {
     std::string problem;  // empty when v3 applies
 };
 
-size_t smem_for(int nt, bool split3, int ksteps, int cluster, int tiles, int c_in, int pitch) {
-    switch (nt) {
-        case 1: return split3 ? SmemLayout<1, true>::total(ksteps, cluster, tiles, c_in, pitch)
-                              : SmemLayout<1, false>::total(ksteps, cluster, tiles, c_in, pitch);
-        case 2: return split3 ? SmemLayout<2, true>::total(ksteps, cluster, tiles, c_in, pitch)
-                              : SmemLayout<2, false>::total(ksteps, cluster, tiles, c_in, pitch);
-        default: return split3 ? SmemLayout<4, true>::total(ksteps, cluster, tiles, c_in, pitch)
-                               : SmemLayout<4, false>::total(ksteps, cluster, tiles, c_in, pitch);
-    }
-}
 
 // Everything but the pointers, from the sizes. `problem` says why v3 does not apply. The shared-memory
 // check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32.
@@ -619,7 +609,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         if (tiles > max_tiles) return false;
         const int64_t tiles_alloc = (tiles + mt - 1) / mt * mt;
         pitch = (tiles_alloc * 16 + halo + 3) / 4 * 4;
-        bytes = smem_for(nt, true, static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(tiles_alloc),
+        bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(tiles_alloc),
                          static_cast<int>(c_in), static_cast<int>(pitch));
         return bytes <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) && ksteps < (1 << 20);
     };
@@ -643,7 +633,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         }
     }
     const int64_t warps = (tiles + mt - 1) / mt;
-    if (!split3) bytes = smem_for(nt, false, static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
+    if (!split3) bytes = SmemLayout{nt, false}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
                                   static_cast<int>(c_in), static_cast<int>(pitch));
 
     Params& P = plan.params;
@@ -684,15 +674,25 @@ cudaLaunchConfig_t launch_config(const Plan& plan, int64_t batch, cudaStream_t s
 // Clusters of this plan's shape that fit on the device at once (0: it cannot run; `why` then says which
 // runtime call refused), after raising the kernel's dynamic shared-memory limit (the opt-in maximum less
 // its static shared memory) and allowing non-portable cluster sizes; cached per (kernel, device, shape).
-template <int NT, bool SPLIT3>
-int active_clusters(const Plan& plan, int device, std::string* why) {
+using KernelFn = void (*)(Params);
+
+// The instantiation for a plan's n-tiles and accuracy mode.
+KernelFn kernel_for(int nt, bool split3) {
+    switch (nt) {
+        case 1: return split3 ? fused_conv_instnorm_max_kernel<1, true> : fused_conv_instnorm_max_kernel<1, false>;
+        case 2: return split3 ? fused_conv_instnorm_max_kernel<2, true> : fused_conv_instnorm_max_kernel<2, false>;
+        default: return split3 ? fused_conv_instnorm_max_kernel<4, true> : fused_conv_instnorm_max_kernel<4, false>;
+    }
+}
+
+int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr) {
     static std::mutex mutex;
-    static std::map<std::tuple<int, int, size_t>, std::pair<int, std::string>> cache;
+    static std::map<std::tuple<KernelFn, int, int, size_t>, std::pair<int, std::string>> cache;
     const std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_tuple(device, plan.cluster, plan.smem_bytes);
+    const KernelFn kernel = kernel_for(plan.nt, split3);
+    const auto key = std::make_tuple(kernel, device, plan.cluster, plan.smem_bytes);
     auto it = cache.find(key);
     if (it == cache.end()) {
-        auto kernel = fused_conv_instnorm_max_kernel<NT, SPLIT3>;
         std::string failed;
         cudaFuncAttributes attributes{};
         cudaError_t status = cudaFuncGetAttributes(&attributes, kernel);
@@ -722,14 +722,6 @@ int active_clusters(const Plan& plan, int device, std::string* why) {
     }
     if (why != nullptr) *why = it->second.second;
     return it->second.first;
-}
-
-int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr) {
-    switch (plan.nt) {
-        case 1: return split3 ? active_clusters<1, true>(plan, device, why) : active_clusters<1, false>(plan, device, why);
-        case 2: return split3 ? active_clusters<2, true>(plan, device, why) : active_clusters<2, false>(plan, device, why);
-        default: return split3 ? active_clusters<4, true>(plan, device, why) : active_clusters<4, false>(plan, device, why);
-    }
 }
 
 // A cluster that cannot be scheduled, in words.
@@ -864,14 +856,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config = launch_config(plan, N, stream, attr);
-    switch (plan.nt * 2 + (split3 ? 1 : 0)) {
-        case 3: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<1, true>, P)); break;
-        case 2: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<1, false>, P)); break;
-        case 5: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<2, true>, P)); break;
-        case 4: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<2, false>, P)); break;
-        case 9: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<4, true>, P)); break;
-        default: C10_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_conv_instnorm_max_kernel<4, false>, P)); break;
-    }
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan.nt, split3), P));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

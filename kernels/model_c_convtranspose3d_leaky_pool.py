@@ -245,11 +245,14 @@ class ModelNew(nn.Module):
 
     def path(self, x: torch.Tensor) -> str:
         """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
+        return self._path(x, self._config())
+
+    def _path(self, x: torch.Tensor, cfg: dict) -> str:
         if self.variant != "v3":
             return self.variant
         if not x.is_cuda:
             return "v2 (v3 unsupported: x is not a CUDA tensor)"
-        reason = v3_unsupported_reason(x.shape, self._config(), x.device.index)
+        reason = v3_unsupported_reason(x.shape, cfg, x.device.index)
         return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
 
     def forward(self, x, out: torch.Tensor | None = None):
@@ -257,7 +260,7 @@ class ModelNew(nn.Module):
         helpers.check_input(x, spatial_dims=3, in_channels=self.conv_transpose.in_channels,
                             device=self.multiplier.device)
         cfg = self._config()
-        cfg["path"] = self.path(x)[:2]
+        cfg["path"] = self._path(x, cfg)[:2]
         cfg["out"] = out
         ct = self.conv_transpose
         return _FusedForwardRecomputedBackward.apply(x.contiguous(), ct.weight, ct.bias, self.multiplier, cfg)

@@ -285,7 +285,8 @@ convtranspose_leaky_pool_kernel(const Params p) {
         w_s[(tap * p.ci_padded + ci) * kWStride + n] = SPLIT3 ? v : __uint_as_float(to_tf32(v));
     }
 
-    // The block's bias and multiplier, read when a window is finished (kept out of registers).
+    // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative
+    // slope, each time a window offset is pooled.
     const size_t box_floats = static_cast<size_t>(p.ci_padded) * p.ci_stride;
     float* bias_s = x_s + 2 * box_floats;
     float* mult_s = bias_s + kChannels;

@@ -56,7 +56,7 @@ def _random_config(rng: random.Random):
 def test_random_shapes_parity(index):
     init, shape = _random_config(random.Random(1000 + index))
     model, fused = _pair(init)
-    helpers.parity_sweep(model, {"v1": fused}, lambda seed: [torch.rand(shape, device="cuda")],
+    helpers.parity_sweep(model, {"ModelNew": fused}, lambda seed: [torch.rand(shape, device="cuda")],
                          seeds=(index,))
 
 
@@ -66,7 +66,7 @@ def test_edge_shapes_parity(shape):
     init = [shape[1], 1 if shape[0] == 1 and shape[2] > 3 else 5, 3, None, -0.5, 0.7]
     init[3] = (init[1], 1, 1, 1)
     model, fused = _pair(init)
-    helpers.parity_sweep(model, {"v1": fused}, lambda seed: [torch.rand(shape, device="cuda")], seeds=(7,))
+    helpers.parity_sweep(model, {"ModelNew": fused}, lambda seed: [torch.rand(shape, device="cuda")], seeds=(7,))
 
 
 def test_misaligned_and_odd_conv_output_direct():
@@ -95,8 +95,9 @@ def test_large_offset_statistics_direct():
     assert err["rel_l2"] < 1e-6, err
 
 
-def test_non_contiguous_and_channels_last_inputs():
-    model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -0.3, 0.8])
+@pytest.mark.parametrize("variant", A.VARIANTS)
+def test_non_contiguous_and_channels_last_inputs(variant):
+    model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -0.3, 0.8], variant=variant)
     x = torch.rand(2, 3, 12, 14, 16, device="cuda")
     expected = model.double()(x.double())
     cases = {
@@ -175,8 +176,8 @@ def test_no_extra_allocation_of_conv_output_size():
 
 
 def test_repeatable():
-    """Same inputs, same bits: no race between blocks."""
-    _, fused = _pair([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0])
+    """Same inputs, same bits: no race between blocks (v1; v3 has its own test)."""
+    _, fused = _pair([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], variant="v1")
     x = torch.rand(4, 3, 16, 32, 32, device="cuda")
     first = fused(x)
     for _ in range(5):
@@ -187,12 +188,13 @@ def test_many_channels_use_large_shared_memory():
     """4000 channels: 64 KB of per-channel coefficients, past the 48 KB default (opt-in path)."""
     init = [2, 4000, 1, (4000, 1, 1, 1), -0.7, 0.6]
     model, fused = _pair(init)
-    helpers.parity_sweep(model, {"v1": fused}, lambda seed: [torch.rand(2, 2, 3, 4, 5, device="cuda")],
+    helpers.parity_sweep(model, {"v1 (C_out 4000)": fused}, lambda seed: [torch.rand(2, 2, 3, 4, 5, device="cuda")],
                          seeds=(11,), shifts=(0.0,))
 
 
 def test_runs_on_the_current_stream(on_busy_side_stream):
-    model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -1.0, 1.0])
+    """v1's two launches and cuDNN's conv (v3 has its own test)."""
+    model, fused = _pair([3, 8, 3, (8, 1, 1, 1), -1.0, 1.0], variant="v1")
     x_stale, x_new = torch.rand(3, 3, 10, 12, 14, device="cuda"), torch.rand(3, 3, 10, 12, 14, device="cuda")
     with torch.no_grad():
         expected = fused(x_new)
