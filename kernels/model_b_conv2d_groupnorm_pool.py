@@ -5,17 +5,28 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works), ``get_inputs()`` and
 ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` keeps PyTorch's (cuDNN) Conv2d, without its bias, and replaces everything after it
-with ``kernels/model_b_v1_v2_groupnorm_pool.cu``: one pass for the GroupNorm statistics (the
-bias added on the fly), one pass that writes only the pooled output. ``variant="v1"`` applies
-the affine map to every element and then pools; ``variant="v2"`` (default) pools first -- a max-
-pool where gamma * scale >= 0, a min-pool where it is negative -- and applies the map once.
+``ModelNew`` has three forward variants, each the step after the one before:
+
+* ``variant="v3"`` (default): the conv inside the kernel,
+  ``kernels/model_b_v3_fused_conv_groupnorm_pool.cu``. One launch computes the conv tile by tile
+  on tensor cores (3xTF32 split products by default, fp32-accurate; 1xTF32 with
+  ``allow_tf32=True``), reduces each tile to per-channel statistics and to its sign-selected
+  pooled values, and writes only those; a second, small launch merges the statistics per group
+  and applies the affine map and the clamp in place. The conv output never reaches device memory.
+* ``variant="v2"``: PyTorch's (cuDNN) Conv2d, without its bias, then
+  ``kernels/model_b_v1_v2_groupnorm_pool.cu``: one pass for the GroupNorm statistics (the bias
+  added on the fly), one pass that pools first -- a max-pool where gamma * scale >= 0, a min-pool
+  where it is negative -- and applies the affine map once per output.
+* ``variant="v1"``: as v2, but the affine map is applied to every element before pooling.
 
 Envelope of ``ModelNew``: float32 CUDA input (N, C_in, H, W), any N (0 included), any conv
 configuration ``nn.Conv2d`` accepts with its defaults, ``num_groups`` dividing C_out, scale of
 shape (C_out, 1, 1), pool 1..16 and no larger than the conv output (PyTorch raises there too),
-any clamp bounds. Forward only: the output carries no autograd graph. Anything else raises a
-ValueError/TypeError naming the argument.
+any clamp bounds. Forward only: the output carries no autograd graph. v3 needs, in addition, a
+GPU of compute capability 8.0 or newer, a conv with stride 1, no padding, dilation 1, groups 1
+and a kernel of at most 7 x 7, and C_in * kh * kw small enough for the input box and weights to
+fit in shared memory (see the .cu header); outside that, v3 runs v2 (``ModelNew.path(x)`` says
+which one runs and why). Anything else raises a ValueError/TypeError naming the argument.
 """
 from __future__ import annotations
 
@@ -26,6 +37,8 @@ import torch.nn.functional as F
 import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_b_v1_v2_groupnorm_pool"
+KERNEL_V3 = "model_b_v3_fused_conv_groupnorm_pool"
+VARIANTS = ("v1", "v2", "v3")
 
 # KernelBench size (current release)
 batch_size = 128
@@ -95,32 +108,82 @@ def pool_first_reference(y: torch.Tensor, gamma: torch.Tensor, beta: torch.Tenso
     return torch.clamp(a * q + b, clamp_min, clamp_max)
 
 
-_extension = None
+_extensions = {}
 
 
-def _load_extension():
-    global _extension
-    if _extension is None:
-        _extension = helpers.load_kernel(KERNEL)
-    return _extension
+def _load_extension(name: str = KERNEL):
+    """The built extension (cached here so a forward does not re-hash the source)."""
+    if name not in _extensions:
+        _extensions[name] = helpers.load_kernel(name)
+    return _extensions[name]
+
+
+_v3_reasons = {}
+
+
+def v3_unsupported_reason(x_shape, conv: nn.Conv2d, pool: int, device_index: int) -> str:
+    """'' when v3's fused kernel handles this input shape, conv and pool on this device, else why not (cached)."""
+    key = (tuple(x_shape), conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+           conv.groups, conv.padding_mode, pool, device_index)
+    if key not in _v3_reasons:
+        if torch.cuda.get_device_capability(device_index) < (8, 0):
+            reason = "needs compute capability 8.0 or newer (mma.sync TF32)"
+        elif (conv.stride != (1, 1) or conv.padding != (0, 0) or conv.dilation != (1, 1)
+              or conv.groups != 1 or conv.padding_mode != "zeros"):
+            reason = "the conv must have stride 1, no padding, dilation 1 and groups 1 (nn.Conv2d's defaults)"
+        else:
+            reason = _load_extension(KERNEL_V3).unsupported_reason(
+                x_shape[2], x_shape[3], x_shape[0], x_shape[1], conv.out_channels, conv.kernel_size[0],
+                conv.kernel_size[1], pool, device_index)
+        _v3_reasons[key] = reason
+    return _v3_reasons[key]
+
+
+def tiled_statistics_reference(y: torch.Tensor, tile_rows: int, tile_cols: int, groups: int):
+    """v3's statistics in plain PyTorch: per-(tile, channel) (count, mean, M2), merged per group.
+
+    ``y`` (N, C, H, W) is cut into tiles of ``tile_rows`` x ``tile_cols`` (the last ones partial);
+    each tile reduces to (count, mean, M2) per channel, and Chan et al.'s pairwise update merges
+    them per (n, group) in tile order, as the kernel's second pass does. Returns (mean, biased
+    variance), each (N, groups).
+    """
+    n, c, h, w = y.shape
+    count = torch.zeros(n, groups, dtype=y.dtype)
+    mean = torch.zeros(n, groups, dtype=y.dtype)
+    m2 = torch.zeros(n, groups, dtype=y.dtype)
+    for r0 in range(0, h, tile_rows):
+        for c0 in range(0, w, tile_cols):
+            tile = y[:, :, r0:r0 + tile_rows, c0:c0 + tile_cols].reshape(n, c, -1)
+            cnt = tile.shape[2]
+            t_mean = tile.mean(dim=2)
+            t_m2 = ((tile - t_mean[..., None]) ** 2).sum(dim=2)
+            for ch in range(c):
+                g = ch // (c // groups)
+                total = count[:, g] + cnt
+                delta = t_mean[:, ch] - mean[:, g]
+                m2[:, g] += t_m2[:, ch] + delta * delta * count[:, g] * cnt / total
+                mean[:, g] += delta * cnt / total
+                count[:, g] = total
+    return mean, m2 / count
 
 
 class ModelNew(nn.Module):
-    """Model B with everything after the conv fused into two CUDA passes (see the module docstring).
+    """Model B fused: v3 with the conv inside the kernel, v1/v2 after cuDNN's conv (module docstring).
 
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``):
-    False runs the conv with TF32 off (fp32-accurate); True lets cuDNN pick a TF32 conv.
-    ``variant``: "v1" (affine, then pool) or "v2" (sign-selected pool, then affine; default).
+    False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1/v2 run
+    cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv.
+    ``variant``: "v1", "v2" or "v3" (default).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,
-                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v2"):
+                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v3"):
         super().__init__()
         if tuple(scale_shape) != (out_channels, 1, 1):
             raise ValueError(f"ModelNew: scale_shape must be (out_channels, 1, 1) = ({out_channels}, 1, 1), "
                              f"got {tuple(scale_shape)}")
-        if variant not in ("v1", "v2"):
-            raise ValueError(f"ModelNew: variant must be 'v1' or 'v2', got {variant!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"ModelNew: variant must be one of {VARIANTS}, got {variant!r}")
         if not isinstance(maxpool_kernel_size, int) or not 1 <= maxpool_kernel_size <= 16:
             raise ValueError(f"ModelNew: maxpool_kernel_size must be an int in [1, 16], got {maxpool_kernel_size!r}")
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
@@ -132,23 +195,54 @@ class ModelNew(nn.Module):
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
 
+    def path(self, x: torch.Tensor) -> str:
+        """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
+        if self.variant != "v3":
+            return self.variant
+        if not x.is_cuda:
+            return "v2 (v3 unsupported: x is not a CUDA tensor)"
+        reason = v3_unsupported_reason(x.shape, self.conv, self.pool, x.device.index)
+        return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
+
+    def _check_pool(self, h: int, w: int):
+        if self.pool > h or self.pool > w:
+            raise ValueError(f"ModelNew: the pool window ({self.pool}) is larger than the conv output "
+                             f"({h} x {w}); PyTorch's MaxPool2d refuses this too")
+
+    def _parameters_for_kernels(self):
+        return (self.conv.bias.detach(), self.group_norm.weight.detach(), self.group_norm.bias.detach(),
+                self.scale.detach())
+
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, H, W) float32 CUDA -> (N, C_out, H' // P, W' // P); ``out`` optionally receives it."""
         helpers.check_input(x, spatial_dims=2, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
+        if self.conv.padding_mode != "zeros":
+            raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
+        if self.path(x) == "v3":
+            return self._forward_v3(x.contiguous(), out)
         with helpers.cudnn_tf32(self.allow_tf32):
             # No bias here: cuDNN would add it in a separate pass over the whole conv output;
             # the kernels add it on the fly.
-            y = F.conv2d(x.contiguous(), self.conv.weight, None)
+            y = F.conv2d(x.contiguous(), self.conv.weight, None, self.conv.stride, self.conv.padding,
+                         self.conv.dilation, self.conv.groups)
         y = y.contiguous()  # a no-op for the NCHW output above
         h, w = y.shape[2], y.shape[3]
-        if self.pool > h or self.pool > w:
-            raise ValueError(f"ModelNew: the pool window ({self.pool}) is larger than the conv output "
-                             f"({h} x {w}); PyTorch's MaxPool2d refuses this too")
+        self._check_pool(h, w)
         if out is None:
             out = torch.empty((y.shape[0], y.shape[1], h // self.pool, w // self.pool), device=y.device,
                               dtype=y.dtype)
         return _load_extension().fused_tail(
-            y, self.conv.bias.detach(), self.group_norm.weight.detach(), self.group_norm.bias.detach(),
-            self.scale.detach(), self.group_norm.num_groups, self.pool, self.clamp_min, self.clamp_max,
-            float(self.group_norm.eps), self.variant == "v2", out)
+            y, *self._parameters_for_kernels(), self.group_norm.num_groups, self.pool, self.clamp_min,
+            self.clamp_max, float(self.group_norm.eps), self.variant != "v1", out)
+
+    def _forward_v3(self, x, out):
+        kh, kw = self.conv.kernel_size
+        h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+        self._check_pool(h, w)
+        if out is None:
+            out = torch.empty((x.shape[0], self.conv.out_channels, h // self.pool, w // self.pool),
+                              device=x.device, dtype=x.dtype)
+        return _load_extension(KERNEL_V3).forward(
+            x, self.conv.weight.detach(), *self._parameters_for_kernels(), self.group_norm.num_groups, self.pool,
+            self.clamp_min, self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out)

@@ -59,3 +59,19 @@ def test_model_new_refuses_bad_configuration_and_cpu_input():
         B.ModelNew(8, 64, 3, 16, (64, 1, 1), 17, 0.0, 1.0)
     with pytest.raises(ValueError):
         B.ModelNew(8, 64, 3, 12, (64, 1, 1), 4, 0.0, 1.0)  # 12 groups do not divide 64
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tiled_statistics_merge_to_the_group_statistics(seed):
+    """v3's statistics: per-(tile, channel) moments, merged per group with Chan's update, equal the
+    group's mean and variance, partial tiles and inputs far from zero included."""
+    g = torch.Generator().manual_seed(seed)
+    groups = int(torch.randint(1, 4, (1,), generator=g))
+    c = groups * int(torch.randint(1, 4, (1,), generator=g))
+    h, w = (int(v) for v in torch.randint(5, 30, (2,), generator=g))
+    y = torch.randn(2, c, h, w, generator=g, dtype=torch.float64) * 0.3 + (100.0 if seed % 2 else 0.0)
+    tile_rows, tile_cols = int(torch.randint(1, 8, (1,), generator=g)), int(torch.randint(3, 40, (1,), generator=g))
+    mean, var = B.tiled_statistics_reference(y, tile_rows, tile_cols, groups)
+    grouped = y.reshape(2, groups, -1)
+    torch.testing.assert_close(mean, grouped.mean(dim=2), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(var, grouped.var(dim=2, unbiased=False), atol=1e-12, rtol=1e-10)

@@ -1,0 +1,234 @@
+"""Model B (KernelBench L2-85) v3 on the GPU: the conv inside the kernel, its envelope and fallback, parity
+as PARITY.md defines it, bad inputs, streams, memory.
+
+Every parity case draws fresh weights and inputs (helpers.randomize_parameters puts zero and negative
+entries in the GroupNorm weight and the scale), checks inputs as drawn and shifted by +100 where stated,
+and hands the kernel an output buffer poisoned with NaN.
+"""
+import random
+
+import pytest
+import torch
+
+import helpers
+from kernels import model_b_conv2d_groupnorm_pool as B
+
+pytestmark = pytest.mark.gpu
+
+
+def _models(init, modes=("fp32", "tf32")):
+    torch.manual_seed(0)
+    model = B.Model(*init).cuda()
+    fused = {f"v3 {mode}": B.ModelNew(*init, allow_tf32=(mode == "tf32")).cuda() for mode in modes}
+    for module in fused.values():
+        module.load_state_dict(model.state_dict())
+    return model, fused
+
+
+def _v3_ext():
+    return B._load_extension(B.KERNEL_V3)
+
+
+def test_kernelbench_size_parity_both_modes():
+    model, fused = _models(B.get_init_inputs())
+    x = torch.rand(B.batch_size, B.in_channels, B.height, B.width, device="cuda")
+    assert fused["v3 fp32"].path(x) == "v3"  # the fused kernel, not the fallback
+    report = helpers.parity_sweep(model, fused, lambda seed: [torch.rand_like(x)], seeds=(0, 1, 2),
+                                  tf32={"v3 tf32"})
+    judged = report[report.contender.str.startswith("v3")]
+    assert judged.passed.dropna().all()
+    assert judged[judged.contender == "v3 fp32"].passed.all() and len(judged[judged.contender == "v3 fp32"]) == 6
+    assert judged[judged.case.str.contains(r"\+0")].kernelbench_allclose.all()
+
+
+@pytest.mark.parametrize("init, shape", [
+    ([3, 16, 3, 8, (16, 1, 1), 2, -1.0, 1.0], (128, 3, 32, 32)),      # KernelBench's first release
+    ([8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (1, 8, 128, 128)),      # batch 1
+    ([1, 1, 3, 1, (1, 1, 1), 3, -0.5, 0.5], (2, 1, 13, 17)),           # one channel in and out, odd sizes
+    ([2, 8, 5, 2, (8, 1, 1), 5, 0.2, 0.9], (3, 2, 19, 23)),            # k 5, pool 5, bounds positive
+    ([4, 9, 1, 3, (9, 1, 1), 8, -0.9, -0.1], (2, 4, 37, 41)),          # k 1, pool 8, bounds negative, 9 ch
+    ([5, 40, 3, 5, (40, 1, 1), 2, -2.0, 2.0], (2, 5, 21, 22)),         # 40 channels: a partial chunk
+    ([3, 16, 7, 4, (16, 1, 1), 16, -1.0, 1.0], (2, 3, 40, 39)),        # k 7, pool 16
+    ([3, 12, 3, 4, (12, 1, 1), 4, -1.0, 1.0], (2, 3, 20, 300)),        # wide: tiles across the width
+    ([6, 24, 2, 6, (24, 1, 1), 3, -1.0, 1.0], (2, 6, 50, 250)),        # even k, wide, pool 3
+    ([3, 16, 3, 8, (16, 1, 1), 1, -1.0, 1.0], (2, 3, 9, 10)),          # pool 1
+    ([3, 16, 3, 4, (16, 1, 1), 4, 0.5, 0.5], (2, 3, 12, 12)),          # lo == hi
+    ([3, 16, 3, 4, (16, 1, 1), 6, -1.0, 1.0], (2, 3, 8, 30)),          # pool == conv output height
+])
+def test_v3_envelope_cases(init, shape):
+    model, fused = _models(init)
+    x = torch.rand(shape, device="cuda")
+    assert fused["v3 fp32"].path(x) == "v3"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(7, 8),
+                         shifts=(0.0,), tf32={"v3 tf32"})
+    helpers.parity_sweep(model, {"v3 fp32": fused["v3 fp32"]}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(9,), shifts=(100.0,))
+
+
+def _misaligned_rand(shape, offset):
+    """Fresh uniform values in a contiguous view that starts `offset` floats into its storage."""
+    base = torch.rand(torch.Size(shape).numel() + offset, device="cuda")
+    x = base[offset:].view(shape)
+    assert (x.data_ptr() % 16 != 0) == bool(offset) and x.is_contiguous()
+    return x
+
+
+@pytest.mark.parametrize("shape, offset", [((2, 3, 20, 21), 0), ((2, 3, 20, 24), 1)])
+def test_odd_width_and_misaligned_input_take_the_scalar_copy_path(shape, offset):
+    """W not a multiple of 4, or an input not 16-byte aligned: 4-byte copies instead of 16-byte ones."""
+    model, fused = _models([3, 16, 3, 4, (16, 1, 1), 2, -1.0, 1.0], modes=("fp32",))
+    helpers.parity_sweep(model, fused, lambda seed: [_misaligned_rand(shape, offset)], seeds=(11,), shifts=(0.0,))
+
+
+@pytest.mark.parametrize("init, shape, reason", [
+    ([64, 16, 5, 4, (16, 1, 1), 2, -1.0, 1.0], (2, 64, 20, 20), "shared memory"),
+    ([3, 8, 9, 4, (8, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 20), "kernel must be 1..7"),
+])
+def test_v3_falls_back_to_v2_outside_its_envelope(init, shape, reason):
+    model, fused = _models(init, modes=("fp32",))
+    x = torch.rand(shape, device="cuda")
+    path = fused["v3 fp32"].path(x)
+    assert path.startswith("v2 (v3 unsupported") and reason in path, path
+    helpers.parity_sweep(model, {"v3 fallback": fused["v3 fp32"]}, lambda seed: [torch.rand(shape, device="cuda")],
+                         seeds=(4,), shifts=(0.0,))
+
+
+def test_conv_with_non_default_stride_or_padding_falls_back():
+    init = [3, 8, 3, 4, (8, 1, 1), 2, -1.0, 1.0]
+    for attr, value in (("stride", (2, 2)), ("padding", (1, 1))):
+        model, fused = _models(init, modes=("fp32",))
+        for m in (model, fused["v3 fp32"]):
+            setattr(m.conv, attr, value)
+        x = torch.rand(2, 3, 17, 19, device="cuda")
+        assert "stride 1, no padding" in fused["v3 fp32"].path(x)
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand_like(x)], seeds=(5,), shifts=(0.0,))
+
+
+def test_window_larger_than_conv_output_raises_like_pytorch():
+    model, fused = _models([3, 4, 3, 2, (4, 1, 1), 8, 0.0, 1.0], modes=("fp32",))
+    x = torch.rand(1, 3, 8, 30, device="cuda")  # conv output 6 x 28 < pool 8 in height
+    with pytest.raises(RuntimeError):
+        model(x)
+    with pytest.raises(ValueError, match="larger than the conv output"):
+        fused["v3 fp32"](x)
+
+
+def _random_config(rng: random.Random):
+    groups = rng.randint(1, 8)
+    c_out = groups * rng.choice([rng.randint(1, 4), rng.randint(5, 12)])
+    k = rng.choice([1, 2, 3, 3, 5])
+    pool = rng.choice([1, 2, 2, 3, 4, 4, 5, 6, 7, 8])
+    lo = rng.uniform(-2.0, 1.0)
+    hi = lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])
+    c_in = rng.choice([rng.randint(1, 4), rng.randint(5, 12)])
+    init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, lo, hi]
+    width = k - 1 + pool + rng.choice([rng.randint(0, 40), rng.randint(40, 200)])
+    shape = (rng.choice([1, 1, 2, 3, 5]), c_in, k - 1 + pool + rng.randint(0, 60), width)
+    return init, shape
+
+
+def test_random_configurations_parity():
+    """50 random configurations, both modes, inputs as drawn and +100; v3 where its envelope allows."""
+    ran_v3 = 0
+    for index in range(50):
+        init, shape = _random_config(random.Random(8000 + index))
+        model, fused = _models(init)
+        x = torch.rand(shape, device="cuda")
+        ran_v3 += fused["v3 fp32"].path(x) == "v3"
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                             shifts=(0.0, 100.0), tf32={"v3 tf32"})
+    assert ran_v3 >= 45, ran_v3
+
+
+def test_plan_info_at_kernelbench_size():
+    info = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, False, torch.cuda.current_device())
+    # Four conv rows of the whole 128-wide input per tile: 512 GEMM rows, 32 tiles for 126 rows.
+    assert (info["tile_rows"], info["box_stride"], info["tile_cols"]) == (4, 128, 126)
+    assert info["tiles_per_sample"] == 32 and info["channel_chunks"] == 2 and info["k_steps"] == 9
+
+
+def test_extension_checks_name_the_argument():
+    ext = _v3_ext()
+    x = torch.rand(2, 3, 10, 11, device="cuda")
+    w = torch.randn(8, 3, 3, 3, device="cuda")
+    p = torch.randn(8, device="cuda")
+    out = torch.empty(2, 8, 4, 4, device="cuda")
+    ok = [x, w, p, p, p, p, 4, 2, -1.0, 1.0, 1e-5, False, out]
+    cases = {
+        "x must be a CUDA tensor": {0: x.cpu()},
+        "x must be float32": {0: x.double()},
+        "x must be 4-D": {0: x[0]},
+        "x must be contiguous": {0: x.transpose(2, 3)},
+        "weight must be on": {1: w.cpu()},
+        r"weight must be \(C_out, C_in": {1: w[:, :2].contiguous()},
+        "bias must hold one value": {2: p[:3]},
+        "gamma must be float32": {3: p.double()},
+        "beta must be contiguous": {4: torch.randn(8, 2, device="cuda")[:, 0]},
+        "scale must be on": {5: p.cpu()},
+        r"groups \(3\) must divide C_out": {6: 3},
+        r"out must have shape \(N, C_out, Ho / pool, Wo / pool\)": {12: out[:1]},
+        "out must be float32": {12: out.double()},
+        "eps must be > 0": {10: 0.0},
+        "outside v3's envelope: pool must be in": {7: 17},
+        "outside v3's envelope: the pool window is larger": {7: 10},
+    }
+    for pattern, change in cases.items():
+        args = list(ok)
+        for i, v in change.items():
+            args[i] = v
+        with pytest.raises(RuntimeError, match=pattern):
+            ext.forward(*args)
+
+
+def test_no_allocation_beyond_the_output_and_the_pooled_intermediate():
+    _, fused = _models(B.get_init_inputs(), modes=("fp32",))
+    x = torch.rand(B.batch_size, B.in_channels, B.height, B.width, device="cuda")
+    fused["v3 fp32"](x)  # warm: extension loaded
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fused["v3 fp32"](x)
+    torch.cuda.synchronize()
+    output = B.batch_size * B.out_channels * 31 * 31 * 4
+    # The pooled intermediate lives in the output itself; the only other allocation is the statistics
+    # workspace (4.2 MB). The conv output would be 16.5x the output.
+    assert torch.cuda.max_memory_allocated() - before <= 2 * output
+
+
+def test_repeatable_bits():
+    """Same inputs, same bits: the statistics merge has a fixed order; no race between CTAs."""
+    _, fused = _models(B.get_init_inputs())
+    x = torch.rand(8, 8, 128, 128, device="cuda")
+    for module in fused.values():
+        first = module(x)
+        for _ in range(5):
+            assert torch.equal(module(x), first)
+
+
+def test_empty_batch():
+    _, fused = _models(B.get_init_inputs(), modes=("fp32",))
+    assert fused["v3 fp32"](torch.rand(0, 8, 128, 128, device="cuda")).shape == (0, 64, 31, 31)
+
+
+def test_runs_on_the_current_stream(on_busy_side_stream):
+    _, fused = _models([3, 8, 3, 4, (8, 1, 1), 2, -1.0, 1.0], modes=("fp32",))
+    module = fused["v3 fp32"]
+    x_stale, x_new = torch.rand(3, 3, 20, 24, device="cuda"), torch.rand(3, 3, 20, 24, device="cuda")
+    assert module.path(x_new) == "v3"
+    with torch.no_grad():
+        expected = module(x_new)
+        assert torch.equal(on_busy_side_stream(module, x_stale, x_new), expected)
+        wrong = on_busy_side_stream(on_busy_side_stream.on_default_stream(module), x_stale, x_new)
+        assert not torch.equal(wrong, expected)
+
+
+def test_nan_input_propagates_like_pytorch():
+    """A NaN in a sample's input makes PyTorch's GroupNorm NaN for the whole sample; so does v3."""
+    model, fused = _models([2, 4, 3, 2, (4, 1, 1), 2, -1.0, 1.0], modes=("fp32",))
+    x = torch.rand(2, 2, 10, 12, device="cuda")
+    x[1, 0, 3, 3] = float("nan")
+    with torch.no_grad():
+        expected, got = model(x), fused["v3 fp32"](x)
+    assert torch.isnan(expected[1]).all() and torch.isnan(got[1]).all()
+    assert not torch.isnan(got[0]).any()
+    torch.testing.assert_close(got[0], expected[0], atol=1e-4, rtol=1e-4)
