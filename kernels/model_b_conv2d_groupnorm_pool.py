@@ -139,6 +139,24 @@ def v3_unsupported_reason(x_shape, conv: nn.Conv2d, pool: int, device_index: int
     return _v3_reasons[key]
 
 
+def flat_rows_conv_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """v3's conv decomposition in plain PyTorch: a flat implicit GEMM over whole input rows.
+
+    With stride 1 and no padding, conv output (oy, ox) reads input flat index q + off(ci, ky, kx),
+    q = oy * W + ox, off = ci * H*W + ky * W + kx. So one GEMM [Ho * W rows] x [C_in kh kw] x [C_out]
+    over every input column, then the rows with ox >= Wo (they wrap into the next row) are dropped.
+    The kernel does this per tile of rows, with the tap offsets in a table.
+    """
+    n, c_in, h, w = x.shape
+    c_out, _, kh, kw = weight.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    flat = torch.cat([x.reshape(n, c_in, -1), x.new_zeros(n, c_in, kw)], dim=2)  # zeros past the end
+    gathered = torch.stack([flat[:, ci, ky * w + kx:][:, :ho * w]
+                            for ci in range(c_in) for ky in range(kh) for kx in range(kw)], dim=2)
+    y = gathered @ weight.reshape(c_out, -1).t()                       # (N, Ho * W, C_out)
+    return y.reshape(n, ho, w, c_out)[:, :, :wo].permute(0, 3, 1, 2)   # drop the wrapped rows
+
+
 def tiled_statistics_reference(y: torch.Tensor, tile_rows: int, tile_cols: int, groups: int):
     """v3's statistics in plain PyTorch: per-(tile, channel) (count, mean, M2), merged per group.
 

@@ -26,9 +26,9 @@
 //   every BS at the KernelBench size, 1.6 %), K = C_in * kh * kw taps (padded to a multiple of 8 with
 //   zero weights), N = output channels. A row's input address is its index plus a per-tap constant.
 //   Tensor cores: mma.sync m16n8k8 TF32, fp32 accumulation. The fp32-accurate default splits each
-//   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
-//   sum started from zero, then adds it to the accumulator in fp32 ("3xTF32"); the TF32 mode
-//   (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
+//   operand v = hi + lo into two TF32 numbers and accumulates lo*hi, hi*lo and hi*hi per k-step ("3xTF32",
+//   the dropped lo*lo is below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN
+//   with allow_tf32.
 //   Statistics: each CTA sums its valid rows per channel (pass 1, giving a centre c), then sums (y - c)
 //   and (y - c)^2 (pass 2), from registers, and stores (mean, M2) in float64 per (sample, tile,
 //   channel). Pass 2 of the model merges them per group with Chan et al.'s pairwise update in float64,
@@ -36,15 +36,17 @@
 //   shifted by +100 cost no accuracy.
 //
 // Tiling
-//   A CTA computes one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
+//   A unit of work is one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
 //   more in chunks of 32): 8 warps, each 4 m16 tiles x NT n8 tiles, 512 GEMM rows. A tile is R = P * PR
 //   conv rows by TX conv columns. When P * W <= 512 a tile spans whole input rows (BS = W, TX = Wo; at the
 //   KernelBench size R = 4, 512 rows exactly, 32 tiles per sample); otherwise TX = P * PX columns with
 //   BS = TX + kw - 1. Tiles start at multiples of P, so every pooling window lies in one tile.
+//   The grid is persistent (as many CTAs as fit at once): each CTA serves one channel chunk, sets up its
+//   weight fragments once and walks its units, copying the next unit's input box while it computes.
 //   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the per-k-step tap
-//   offsets; the input box (C_in x (R + kh - 1) x BS, copied with cp.async, zeros outside the input),
-//   split into hi (and lo) planes once, whose space is then reused to stage 8 channels of the conv tile
-//   at a time for pooling. The KernelBench size takes 68 KB (fp32 mode); two CTAs share an SM.
+//   offsets; two input boxes (C_in x (R + kh - 1) x BS floats, copied with cp.async, zeros outside the
+//   input; A fragments are split into TF32 hi and lo in registers); a stage for 8 channels of the conv
+//   tile for pooling. The KernelBench size takes 84 KB (fp32 mode); two CTAs share an SM.
 //
 // Shapes and layouts
 //   x       : (N, C_in, H, W) float32, contiguous (NCHW), CUDA
@@ -59,8 +61,8 @@
 //   Compute capability 8.0 or newer (mma.sync TF32); kernel 1..7 each side, stride 1, no padding,
 //   dilation 1, groups 1 (the Python wrapper checks those); pool 1..16 and no larger than the conv
 //   output; any N >= 0, C_in >= 1, C_out >= 1 divisible by G, H, W; C_in * H * W < 2^31; the input box
-//   and the weight fragments within the GPU's shared memory (227 KB on an H100): about C_in * kh * kw
-//   <= 300 with k = 3 in fp32 mode (C_in 32 with k = 3 is outside and runs v2).
+//   boxes, weight fragments and stage within the GPU's shared memory (227 KB on an H100): at W = 128,
+//   C_in <= 24 with k = 3 and C_in <= 14 with k = 5 (C_in 32 with k = 3 is outside and runs v2).
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_b_v3", cpp_sources="",
@@ -111,6 +113,7 @@ struct Params {
     int tiles_y, tiles_x;     // tiles per sample: tiles_y * tiles_x
     int chunks;               // channel chunks of 8 * NT
     int ksteps;               // ceil(C_in * kh * kw / 8)
+    int batch;                // N
     int whole_rows;           // 1: a box row is a whole input row (BS = W, one tile across)
 };
 
@@ -170,18 +173,17 @@ __device__ __forceinline__ float sum_over_rows(float v) {
 // Shared-memory layout of the main kernel (dynamic part), in this order, each part 16-byte aligned.
 struct SmemLayout {
     int nt;       // n8 tiles
-    bool split3;  // 3xTF32: hi and lo planes of the box, hi and lo weight fragments
+    bool split3;  // 3xTF32: hi and lo weight fragments
     __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
         return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
-    __host__ __device__ size_t region_bytes(int c_in, int pitch) const {  // the box, later the pooling stage
-        const size_t box = static_cast<size_t>(split3 ? 2 : 1) * c_in * pitch * sizeof(float);
-        const size_t stage = static_cast<size_t>(8) * kStageStride * sizeof(float);
-        return box > stage ? box : stage;
+    __host__ __device__ size_t box_bytes(int c_in, int pitch) const {  // two input boxes: this unit's and the next
+        return static_cast<size_t>(2) * c_in * pitch * sizeof(float);
     }
+    __host__ __device__ size_t stage_bytes() const { return static_cast<size_t>(8) * kStageStride * sizeof(float); }
     __host__ __device__ size_t total(int ksteps, int c_in, int pitch) const {
-        return weight_bytes(ksteps) + tap_bytes(ksteps) + region_bytes(c_in, pitch);
+        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch) + stage_bytes();
     }
 };
 
@@ -196,19 +198,60 @@ __host__ __device__ __forceinline__ int tile_cols_valid(const Params& p, int tx)
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: conv tile on tensor cores -> per-channel tile statistics + sign-selected pooled values
 // ---------------------------------------------------------------------------------------------
-// grid.x = N * tiles * chunks, chunk fastest (the CTAs that share an input box run together: L2 hits).
+// Copies the input box of (sample n, tile ty, tx) into `box` with cp.async (not waited on): element
+// (ci, r, j) at ci * pitch + r * BS + j is x[n, ci, y0 + r, x0 + j]; zeros outside the input and past the
+// box (those only feed dropped rows).
+__device__ __forceinline__ void load_box(const Params& p, float* box, int64_t n, int ty, int tx) {
+    const int y0 = ty * p.tile_rows, x0 = tx * p.tile_cols;
+    const int box_rows = p.tile_rows + p.kh - 1;
+    const int box_cols = p.whole_rows ? p.w : p.tile_cols + p.kw - 1;  // input columns a box row holds
+    const int64_t hw = static_cast<int64_t>(p.h) * p.w;
+    const float* xs = p.x + n * p.c_in * hw;
+    if (p.whole_rows && p.w % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+        // The box of a channel is one contiguous span of the input: 16-byte copies.
+        const int span = (min(p.h, y0 + box_rows) - y0) * p.w;
+        for (int ci = 0; ci < p.c_in; ++ci) {
+            const float* src = xs + ci * hw + static_cast<int64_t>(y0) * p.w;
+            float* dst = box + ci * p.box_pitch;
+            for (int j = 4 * threadIdx.x; j < p.box_pitch; j += 4 * kThreads) {
+                const int bytes = max(0, min(16, 4 * (span - j)));
+                cp_async_16(dst + j, bytes > 0 ? src + j : xs, bytes);
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < p.c_in * p.box_pitch; i += kThreads) {
+            const int ci = i / p.box_pitch, e = i - ci * p.box_pitch;
+            const int r = e / p.box_stride, j = e - r * p.box_stride;
+            const int yy = y0 + r, xx = x0 + j;
+            const bool inside = r < box_rows && j < box_cols && yy < p.h && xx < p.w;
+            cp_async_4(box + i, inside ? xs + ci * hw + static_cast<int64_t>(yy) * p.w + xx : xs, inside ? 4 : 0);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+__device__ __forceinline__ float fold(float q, float v, bool use_min) { return use_min ? nan_min(q, v) : nan_max(q, v); }
+
+// Persistent: grid.x = chunks * G. CTA b serves channel chunk b % chunks and walks the (sample, tile)
+// units u = b / chunks, + G, + 2G, ... (the CTAs of the chunks of one unit are neighbours: L2 hits on the
+// box). The weight fragments are set up once; the next unit's box is copied while this one computes.
 template <int NT, bool SPLIT3>
 __global__ void __launch_bounds__(kThreads, 2)
 conv_stats_pool_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int NCH = 8 * NT;
+    constexpr int MT = kMTiles;
     constexpr SmemLayout layout{NT, SPLIT3};
     extern __shared__ __align__(16) unsigned char smem[];
     float* weight_frag = reinterpret_cast<float*>(smem);
     int2* taps = reinterpret_cast<int2*>(smem + layout.weight_bytes(p.ksteps));
-    float* box_hi = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
-    float* box_lo = box_hi + p.c_in * p.box_pitch;  // SPLIT3 only
-    float* stage = box_hi;                          // after the GEMM: 8 channels x kStageStride
+    float* boxes = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
+    float* stage = boxes + 2 * p.c_in * p.box_pitch;  // 8 channels x kStageStride
 
     __shared__ float warp_sums[2][kWarps][NCH];
     __shared__ float centre[NCH];
@@ -216,45 +259,16 @@ conv_stats_pool_kernel(const Params p) {
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tiles = p.tiles_y * p.tiles_x;
+    const int64_t units = static_cast<int64_t>(p.batch) * tiles;
     const int chunk = static_cast<int>(blockIdx.x % p.chunks);
-    const int tile = static_cast<int>((blockIdx.x / p.chunks) % tiles);
-    const int64_t n = static_cast<int64_t>(blockIdx.x) / p.chunks / tiles;
-    const int ty = tile / p.tiles_x, tx = tile % p.tiles_x;
-    const int y0 = ty * p.tile_rows, x0 = tx * p.tile_cols;
-    const int rows_valid = tile_rows_valid(p, ty), cols_valid = tile_cols_valid(p, tx);
-    const int box_rows = p.tile_rows + p.kh - 1;
-    const int box_cols = p.whole_rows ? p.w : p.tile_cols + p.kw - 1;  // input columns a box row holds
+    const int64_t unit_stride = gridDim.x / p.chunks;
+    int64_t unit = blockIdx.x / p.chunks;
     const int co0 = chunk * NCH;
     const int K = p.c_in * p.kh * p.kw;
+    if (unit >= units) return;
 
-    // 1. Input box: element (ci, r, j) at ci * pitch + r * BS + j is x[n, ci, y0 + r, x0 + j]; zeros
-    //    outside the input and past the box (those only feed dropped rows).
-    {
-        const int64_t hw = static_cast<int64_t>(p.h) * p.w;
-        const float* xs = p.x + n * p.c_in * hw;
-        float* raw = SPLIT3 ? box_lo : box_hi;
-        if (p.whole_rows && p.w % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
-            // The box of a channel is one contiguous span of the input: 16-byte copies.
-            const int span = (min(p.h, y0 + box_rows) - y0) * p.w;
-            for (int ci = 0; ci < p.c_in; ++ci) {
-                const float* src = xs + ci * hw + static_cast<int64_t>(y0) * p.w;
-                float* dst = raw + ci * p.box_pitch;
-                for (int j = 4 * tid; j < p.box_pitch; j += 4 * kThreads) {
-                    const int bytes = max(0, min(16, 4 * (span - j)));
-                    cp_async_16(dst + j, bytes > 0 ? src + j : xs, bytes);
-                }
-            }
-        } else {
-            for (int i = tid; i < p.c_in * p.box_pitch; i += kThreads) {
-                const int ci = i / p.box_pitch, e = i - ci * p.box_pitch;
-                const int r = e / p.box_stride, j = e - r * p.box_stride;
-                const int yy = y0 + r, xx = x0 + j;
-                const bool inside = r < box_rows && j < box_cols && yy < p.h && xx < p.w;
-                cp_async_4(raw + i, inside ? xs + ci * hw + static_cast<int64_t>(yy) * p.w + xx : xs, inside ? 4 : 0);
-            }
-        }
-    }
-    // 2. While the copies fly: the pooling direction per channel, the weight fragments and the tap offsets.
+    load_box(p, boxes, unit / tiles, static_cast<int>(unit % tiles) / p.tiles_x, static_cast<int>(unit % tiles) % p.tiles_x);
+    // Once per CTA: the pooling direction per channel, the weight fragments and the tap offsets.
     if (tid < NCH) {
         const int c = co0 + tid;
         take_min[tid] = c < p.c_out && __ldg(p.gamma + c) * __ldg(p.scale + c) < 0.f;
@@ -285,187 +299,208 @@ conv_stats_pool_kernel(const Params p) {
         }
         taps[i] = make_int2(off[0], off[1]);
     }
-    // 3. Wait for the box, round it to TF32 (hi) and keep the remainder (lo) once.
-    cp_async_wait_all();
-    __syncthreads();
-    for (int i = tid; i < p.c_in * p.box_pitch; i += kThreads) {
-        if constexpr (SPLIT3) {
-            const float v = box_lo[i], h = tf32_hi(v);
-            box_hi[i] = h;
-            box_lo[i] = v - h;
+
+    for (int iter = 0; unit < units; ++iter, unit += unit_stride) {
+        const int64_t n = unit / tiles;
+        const int tile = static_cast<int>(unit % tiles);
+        const int ty = tile / p.tiles_x, tx = tile % p.tiles_x;
+        const int y0 = ty * p.tile_rows, x0 = tx * p.tile_cols;
+        const int rows_valid = tile_rows_valid(p, ty), cols_valid = tile_cols_valid(p, tx);
+        const float* box = boxes + (iter & 1) * p.c_in * p.box_pitch;
+
+        // 1. Start copying the next unit's box into the other buffer (free: every warp finished reading
+        //    it before the last iteration's barriers), then wait for this unit's box.
+        const int64_t next = unit + unit_stride;
+        if (next < units) {
+            load_box(p, boxes + ((iter + 1) & 1) * p.c_in * p.box_pitch, next / tiles,
+                     static_cast<int>(next % tiles) / p.tiles_x, static_cast<int>(next % tiles) % p.tiles_x);
+            cp_async_wait<1>();
         } else {
-            box_hi[i] = tf32_hi(box_hi[i]);
+            cp_async_wait<0>();
         }
-    }
-    __syncthreads();
+        __syncthreads();
 
-    // 4. The implicit GEMM: rows = this warp's 4 m16 tiles, columns = NT x 8 channels, K in steps of 8.
-    constexpr int MT = kMTiles;
-    float acc[MT][NT][4];
+        // 2. The implicit GEMM: rows = this warp's 4 m16 tiles, columns = NT x 8 channels, K in steps of 8.
+        //    A fragments come from the raw fp32 box and are split into TF32 hi (and lo) in registers.
+        float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-
-    const float* a_hi_base = box_hi + warp * MT * 16 + g;
-    const float* a_lo_base = box_lo + warp * MT * 16 + g;
-    for (int s = 0; s < p.ksteps; ++s) {
-        const int2 off = taps[s * 4 + t];
-        uint32_t b[NT][SPLIT3 ? 4 : 2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            if constexpr (SPLIT3) {
-                const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-                b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
-            } else {
-                const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-            const int r = i * 16;
-            const uint32_t a_hi[4] = {__float_as_uint(a_hi_base[r + off.x]), __float_as_uint(a_hi_base[r + 8 + off.x]),
-                                      __float_as_uint(a_hi_base[r + off.y]), __float_as_uint(a_hi_base[r + 8 + off.y])};
-            if constexpr (SPLIT3) {
-                const uint32_t a_lo[4] = {__float_as_uint(a_lo_base[r + off.x]), __float_as_uint(a_lo_base[r + 8 + off.x]),
-                                          __float_as_uint(a_lo_base[r + off.y]), __float_as_uint(a_lo_base[r + 8 + off.y])};
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    float part[4] = {0.f, 0.f, 0.f, 0.f};
-                    mma_tf32(part, a_lo, b[j][0], b[j][1]);
-                    mma_tf32(part, a_hi, b[j][2], b[j][3]);
-                    mma_tf32(part, a_hi, b[j][0], b[j][1]);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
-            }
-        }
-    }
-
-    // 5. Statistics of the tile's valid rows, per channel, from the registers. Row m is conv position
-    //    (y0 + m / BS, x0 + m % BS); it counts when both lie inside the tile's part of the conv output.
-    bool valid[MT][2];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int m = warp * MT * 16 + i * 16 + g + 8 * h;
-            const int r = m / p.box_stride, j = m - r * p.box_stride;
-            valid[i][h] = r < rows_valid && j < cols_valid;
-        }
-    const int count = rows_valid * cols_valid;
-    // Pass 1: sums -> centre c (the tile's mean, rounded to float).
-    {
-        float s1[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float v = 0.f;
-#pragma unroll
-                for (int i = 0; i < MT; ++i) {
-                    if (valid[i][0]) v += acc[i][j][e];
-                    if (valid[i][1]) v += acc[i][j][2 + e];
-                }
-                s1[j][e] = sum_over_rows(v);
-            }
-        if (g == 0)
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-        __syncthreads();
-        if (tid < NCH) {
-            double s = 0.0;
-            for (int w = 0; w < kWarps; ++w) s += warp_sums[0][w][tid];
-            centre[tid] = static_cast<float>(s / count);
-        }
-        __syncthreads();
-    }
-    // Pass 2: sums of (y - c) and (y - c)^2 -> (mean, M2) of the tile in float64, to the workspace.
-    {
-        float s1[NT][2], s2[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float c = centre[j * 8 + 2 * t + e];
-                float v1 = 0.f, v2 = 0.f;
-#pragma unroll
-                for (int i = 0; i < MT; ++i)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        if (valid[i][h]) {
-                            const float d = acc[i][j][2 * h + e] - c;
-                            v1 += d;
-                            v2 = fmaf(d, d, v2);
-                        }
-                s1[j][e] = sum_over_rows(v1);
-                s2[j][e] = sum_over_rows(v2);
-            }
-        if (g == 0)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-                    warp_sums[1][warp][j * 8 + 2 * t + e] = s2[j][e];
-                }
-        __syncthreads();  // also: every warp is past the GEMM, so the box space may become the stage
-        if (tid < NCH && co0 + tid < p.c_out) {
-            double d1 = 0.0, d2 = 0.0;
-            for (int w = 0; w < kWarps; ++w) {
-                d1 += warp_sums[0][w][tid];
-                d2 += warp_sums[1][w][tid];
-            }
-            const double cnt = count;
-            p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
-                make_double2(centre[tid] + d1 / cnt, fmax(d2 - d1 * d1 / cnt, 0.0));
-        }
-    }
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    // 6. Pooling, 8 channels (one n8 tile) at a time through shared memory: max over each P x P window
-    //    where gamma * scale >= 0, min where it is negative. Windows start at multiples of P; the tile
-    //    holds pooled rows [y0 / P, y0 / P + npy) and columns [x0 / P, x0 / P + npx).
-    const int py0 = y0 / p.pool, px0 = x0 / p.pool;
-    const int npy = max(0, min(p.tile_rows / p.pool, p.hp - py0));
-    const int npx = max(0, min(p.tile_cols / p.pool, p.wp - px0));
-    const int windows = npy * npx;
+        const float* a_base = box + warp * MT * 16 + g;
+        for (int s = 0; s < p.ksteps; ++s) {
+            const int2 off = taps[s * 4 + t];
+            uint32_t b[NT][SPLIT3 ? 4 : 2];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        if (co0 + j * 8 >= p.c_out) break;  // uniform across the CTA
+            for (int j = 0; j < NT; ++j) {
+                if constexpr (SPLIT3) {
+                    const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
+                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+                    b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
+                } else {
+                    const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
+                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const int r = i * 16;
+                const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
+                uint32_t a_hi[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
+                if constexpr (SPLIT3) {
+                    uint32_t a_lo[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) a_lo[e] = __float_as_uint(v[e] - __uint_as_float(a_hi[e]));
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {  // the small products first, as CUTLASS's 3xTF32 does
+                        mma_tf32(acc[i][j], a_lo, b[j][0], b[j][1]);
+                        mma_tf32(acc[i][j], a_hi, b[j][2], b[j][3]);
+                        mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
+                }
+            }
+        }
+
+        // 3. Statistics of the tile's valid rows, per channel, from the registers. Row m is conv position
+        //    (y0 + m / BS, x0 + m % BS); it counts when both lie inside the tile's part of the conv output.
+        bool valid[MT][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m = warp * MT * 16 + i * 16 + g + 8 * h;
-                stage[(2 * t) * kStageStride + m] = acc[i][j][2 * h];
-                stage[(2 * t + 1) * kStageStride + m] = acc[i][j][2 * h + 1];
+                const int r = m / p.box_stride, j = m - r * p.box_stride;
+                valid[i][h] = r < rows_valid && j < cols_valid;
             }
-        __syncthreads();
-        for (int item = tid; item < 8 * windows; item += kThreads) {
-            const int ch = item / windows, wi = item - ch * windows;
-            const int ly = wi / npx, lx = wi - ly * npx;
-            const int c = co0 + j * 8 + ch;
-            if (c >= p.c_out) continue;
-            const float* win = stage + ch * kStageStride + ly * p.pool * p.box_stride + lx * p.pool;
-            const bool use_min = take_min[j * 8 + ch];
-            float q = use_min ? INFINITY : -INFINITY;
-            for (int dy = 0; dy < p.pool; ++dy)
-                for (int dx = 0; dx < p.pool; ++dx) {
-                    const float v = win[dy * p.box_stride + dx];
-                    q = use_min ? nan_min(q, v) : nan_max(q, v);
+        const int count = rows_valid * cols_valid;
+        // Pass 1: sums -> centre c (the tile's mean, rounded to float).
+        {
+            float s1[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float v = 0.f;
+#pragma unroll
+                    for (int i = 0; i < MT; ++i) {
+                        if (valid[i][0]) v += acc[i][j][e];
+                        if (valid[i][1]) v += acc[i][j][2 + e];
+                    }
+                    s1[j][e] = sum_over_rows(v);
                 }
-            p.out[((n * p.c_out + c) * p.hp + py0 + ly) * p.wp + px0 + lx] = q;
+            if (g == 0)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
+            __syncthreads();
+            if (tid < NCH) {
+                double sum = 0.0;
+                for (int w = 0; w < kWarps; ++w) sum += warp_sums[0][w][tid];
+                centre[tid] = static_cast<float>(sum / count);
+            }
+            __syncthreads();
         }
-        __syncthreads();
+        // Pass 2: sums of (y - c) and (y - c)^2 -> (mean, M2) of the tile in float64, to the workspace.
+        {
+            float s1[NT][2], s2[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float c = centre[j * 8 + 2 * t + e];
+                    float v1 = 0.f, v2 = 0.f;
+#pragma unroll
+                    for (int i = 0; i < MT; ++i)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            if (valid[i][h]) {
+                                const float d = acc[i][j][2 * h + e] - c;
+                                v1 += d;
+                                v2 = fmaf(d, d, v2);
+                            }
+                    s1[j][e] = sum_over_rows(v1);
+                    s2[j][e] = sum_over_rows(v2);
+                }
+            if (g == 0)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
+                        warp_sums[1][warp][j * 8 + 2 * t + e] = s2[j][e];
+                    }
+            __syncthreads();
+            if (tid < NCH && co0 + tid < p.c_out) {
+                double d1 = 0.0, d2 = 0.0;
+                for (int w = 0; w < kWarps; ++w) {
+                    d1 += warp_sums[0][w][tid];
+                    d2 += warp_sums[1][w][tid];
+                }
+                const double cnt = count;
+                p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
+                    make_double2(centre[tid] + d1 / cnt, fmax(d2 - d1 * d1 / cnt, 0.0));
+            }
+        }
+
+        // 4. Pooling, 8 channels (one n8 tile) at a time through shared memory: max over each P x P window
+        //    where gamma * scale >= 0, min where it is negative. Windows start at multiples of P; the tile
+        //    holds pooled rows [y0 / P, y0 / P + npy) and columns [x0 / P, x0 / P + npx). Rows of a window
+        //    are read 4 (or 2) floats at a time when P and BS allow.
+        const int py0 = y0 / p.pool, px0 = x0 / p.pool;
+        const int npy = max(0, min(p.tile_rows / p.pool, p.hp - py0));
+        const int npx = max(0, min(p.tile_cols / p.pool, p.wp - px0));
+        const int windows = npy * npx;
+        if (windows == 0) continue;  // a tile of rows in no pooling window (uniform across the CTA)
+        const int vec = (p.pool % 4 == 0 && p.box_stride % 4 == 0) ? 4 : (p.pool % 2 == 0 && p.box_stride % 2 == 0) ? 2 : 1;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (co0 + j * 8 >= p.c_out) break;  // uniform across the CTA
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = warp * MT * 16 + i * 16 + g + 8 * h;
+                    stage[(2 * t) * kStageStride + m] = acc[i][j][2 * h];
+                    stage[(2 * t + 1) * kStageStride + m] = acc[i][j][2 * h + 1];
+                }
+            __syncthreads();
+            for (int item = tid; item < 8 * windows; item += kThreads) {
+                const int ch = item / windows, wi = item - ch * windows;
+                const int ly = wi / npx, lx = wi - ly * npx;
+                const int c = co0 + j * 8 + ch;
+                if (c >= p.c_out) continue;
+                const float* win = stage + ch * kStageStride + ly * p.pool * p.box_stride + lx * p.pool;
+                const bool use_min = take_min[j * 8 + ch];
+                float q = use_min ? INFINITY : -INFINITY;
+                for (int dy = 0; dy < p.pool; ++dy) {
+                    const float* row = win + dy * p.box_stride;
+                    if (vec == 4) {
+                        for (int dx = 0; dx < p.pool; dx += 4) {
+                            const float4 v = *reinterpret_cast<const float4*>(row + dx);
+                            q = fold(fold(fold(fold(q, v.x, use_min), v.y, use_min), v.z, use_min), v.w, use_min);
+                        }
+                    } else if (vec == 2) {
+                        for (int dx = 0; dx < p.pool; dx += 2) {
+                            const float2 v = *reinterpret_cast<const float2*>(row + dx);
+                            q = fold(fold(q, v.x, use_min), v.y, use_min);
+                        }
+                    } else {
+                        for (int dx = 0; dx < p.pool; ++dx) q = fold(q, row[dx], use_min);
+                    }
+                }
+                p.out[((n * p.c_out + c) * p.hp + py0 + ly) * p.wp + px0 + lx] = q;
+            }
+            __syncthreads();
+        }
     }
 #else
     __trap();  // needs sm_80 (mma.sync TF32); the host refuses to launch it on older GPUs
@@ -555,6 +590,7 @@ inline std::string str_of(c10::IntArrayRef sizes) {
 struct DeviceLimits {
     int smem_optin = 0;  // most dynamic shared memory one block may opt in to (bytes)
     int major = 0;
+    int sms = 0;
 };
 
 const DeviceLimits& device_limits(int device) {
@@ -566,6 +602,7 @@ const DeviceLimits& device_limits(int device) {
         DeviceLimits limits;
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor, device));
+        C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device));
         it = cache.emplace(device, limits).first;
     }
     return it->second;
@@ -663,18 +700,35 @@ KernelFn kernel_for(int nt, bool split3) {
     }
 }
 
-// Raise a kernel's dynamic shared-memory limit to the opt-in maximum less its static shared memory,
-// once per (kernel, device).
-void allow_large_smem(KernelFn kernel, int device) {
+// CTAs of `kernel` with `smem` bytes of dynamic shared memory that fit on the device at once, after
+// raising its dynamic shared-memory limit to the opt-in maximum less its static shared memory; cached
+// per (kernel, device, smem). The persistent grid is this many CTAs (or fewer, for small problems).
+int resident_ctas(KernelFn kernel, int device, size_t smem) {
     static std::mutex mutex;
-    static std::map<std::pair<KernelFn, int>, bool> done;
+    static std::map<std::tuple<KernelFn, int, size_t>, int> cache;
     const std::lock_guard<std::mutex> lock(mutex);
-    if (done.count({kernel, device})) return;
-    cudaFuncAttributes attributes{};
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes)));
-    done[{kernel, device}] = true;
+    const auto key = std::make_tuple(kernel, device, smem);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+        cudaFuncAttributes attributes{};
+        C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes)));
+        int per_sm = 0;
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+        TORCH_CHECK(per_sm >= 1, "forward: the v3 kernel cannot be resident with ", std::to_string(smem),
+                    " bytes of shared memory on this GPU");
+        it = cache.emplace(key, per_sm * device_limits(device).sms).first;
+    }
+    return it->second;
+}
+
+// CTAs of the persistent grid: a multiple of the channel chunks, at most one per (unit, chunk).
+int64_t grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
+    const Params& P = plan.params;
+    const int64_t units = batch * P.tiles_y * P.tiles_x;
+    const int64_t resident = resident_ctas(kernel_for(plan.nt, split3), device, plan.smem_bytes);
+    return std::min(units, std::max<int64_t>(1, resident / P.chunks)) * P.chunks;
 }
 
 std::string unsupported_reason(int64_t h, int64_t w, int64_t batch, int64_t c_in, int64_t c_out, int64_t kh,
@@ -730,7 +784,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
                 "forward: out must have shape (N, C_out, Ho / pool, Wo / pool) = ",
                 str_of({N, c_out, P.hp, P.wp}), ", got ", str_of(out.sizes()));
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
-    TORCH_CHECK(N * tiles * P.chunks < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
+    TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
     if (N == 0) return out;
 
@@ -743,9 +797,9 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.stats = reinterpret_cast<double2*>(stats.data_ptr<double>());
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const KernelFn kernel = kernel_for(plan.nt, split3);
-    allow_large_smem(kernel, device);
-    kernel<<<static_cast<unsigned>(N * tiles * P.chunks), kThreads, plan.smem_bytes, stream>>>(P);
+    P.batch = static_cast<int>(N);
+    const int64_t ctas = grid_ctas(plan, N, split3, device);
+    kernel_for(plan.nt, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const size_t coef_bytes = static_cast<size_t>(c_out / groups) * sizeof(float4);
     TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 3072 channels per group");
@@ -767,7 +821,7 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
     return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
             {"tiles_per_sample", tiles}, {"channel_chunks", P.chunks}, {"n_tiles", plan.nt},
             {"k_steps", P.ksteps}, {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)},
-            {"ctas", batch * tiles * P.chunks}, {"gemm_rows_per_cta", kRows}};
+            {"ctas", grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))}, {"gemm_rows_per_cta", kRows}};
 }
 
 }  // namespace model_b_v3

@@ -1,6 +1,7 @@
 """Model B on the CPU: the pool-before-affine identity (v2) in plain PyTorch, and the interface."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import helpers
 from kernels import model_b_conv2d_groupnorm_pool as B
@@ -75,3 +76,14 @@ def test_tiled_statistics_merge_to_the_group_statistics(seed):
     grouped = y.reshape(2, groups, -1)
     torch.testing.assert_close(mean, grouped.mean(dim=2), atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(var, grouped.var(dim=2, unbiased=False), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flat_rows_conv_matches_conv2d(seed):
+    """v3's decomposition: one GEMM over flat input positions, wrapped rows dropped, equals conv2d."""
+    g = torch.Generator().manual_seed(seed)
+    kh, kw = (int(v) for v in torch.randint(1, 6, (2,), generator=g))
+    h, w = kh + int(torch.randint(0, 12, (1,), generator=g)), kw + int(torch.randint(0, 12, (1,), generator=g))
+    x = torch.rand(2, int(torch.randint(1, 5, (1,), generator=g)), h, w, generator=g, dtype=torch.float64)
+    weight = torch.randn(3, x.shape[1], kh, kw, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(B.flat_rows_conv_reference(x, weight), F.conv2d(x, weight), atol=1e-12, rtol=1e-12)

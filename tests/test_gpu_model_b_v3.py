@@ -54,6 +54,8 @@ def test_kernelbench_size_parity_both_modes():
     ([3, 16, 3, 8, (16, 1, 1), 1, -1.0, 1.0], (2, 3, 9, 10)),          # pool 1
     ([3, 16, 3, 4, (16, 1, 1), 4, 0.5, 0.5], (2, 3, 12, 12)),          # lo == hi
     ([3, 16, 3, 4, (16, 1, 1), 6, -1.0, 1.0], (2, 3, 8, 30)),          # pool == conv output height
+    ([4, 24, 3, 4, (24, 1, 1), 8, -1.0, 1.0], (2, 4, 43, 64)),         # pool 8 dividing W
+    ([2, 16, 5, 2, (16, 1, 1), 16, -1.0, 1.0], (2, 2, 52, 32)),        # pool 16 dividing W
 ])
 def test_v3_envelope_cases(init, shape):
     model, fused = _models(init)
