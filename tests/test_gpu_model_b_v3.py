@@ -95,6 +95,20 @@ def test_v3_falls_back_to_v2_outside_its_envelope(init, shape, reason):
                          seeds=(4,), shifts=(0.0,))
 
 
+@pytest.mark.parametrize("c_in, k, inside", [(24, 3, True), (25, 3, False), (14, 5, True), (15, 5, False)])
+def test_envelope_edge_in_shared_memory(c_in, k, inside):
+    """At W = 128 on an H100 (227 KB per block), the largest C_in that fits runs v3 and one more falls back:
+    the plan's shared-memory budget and the launch agree at the edge."""
+    if torch.cuda.get_device_properties(0).shared_memory_per_block_optin != 232448:
+        pytest.skip("the edge is computed for a 227 KB shared-memory limit (H100)")
+    init = [c_in, 64, k, 16, (64, 1, 1), 4, -1.0, 1.0]
+    model, fused = _models(init, modes=("fp32",))
+    shape = (1, c_in, 12, 128)
+    path = fused["v3 fp32"].path(torch.rand(shape, device="cuda"))
+    assert (path == "v3") == inside, path
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(6,), shifts=(0.0,))
+
+
 def test_conv_with_non_default_stride_or_padding_falls_back():
     init = [3, 8, 3, 4, (8, 1, 1), 2, -1.0, 1.0]
     for attr, value in (("stride", (2, 2)), ("padding", (1, 1))):
