@@ -142,9 +142,6 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int byt
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
 
 // v rounded to nearest (ties away) at TF32's 10 mantissa bits: integer add and mask. Infinities stay.
 __device__ __forceinline__ float tf32_hi(float v) {
@@ -823,6 +820,9 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
+    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * sizeof(float4);  // the second launch's
+    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 3072 channels per group (",
+                std::to_string(c_out / groups), ")");
     if (N == 0) return out;
 
     auto stats = torch::empty({N, tiles, c_out, 2}, x.options().dtype(torch::kFloat64));
@@ -838,8 +838,6 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int64_t ctas = grid_ctas(plan, N, split3, device);
     kernel_for(plan.nt, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * sizeof(float4);
-    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 3072 channels per group");
     affine_clamp_kernel<<<static_cast<unsigned>(N * groups), kFinalThreads, coef_bytes, stream>>>(
         P, bias.data_ptr<float>(), beta.data_ptr<float>(), static_cast<int>(groups), static_cast<float>(eps),
         static_cast<float>(clamp_min), static_cast<float>(clamp_max));

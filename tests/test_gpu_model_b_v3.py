@@ -194,6 +194,14 @@ def test_extension_checks_name_the_argument():
             args[i] = v
         with pytest.raises(RuntimeError, match=pattern):
             ext.forward(*args)
+    # More than 3072 channels in one group: refused before either kernel launches (out stays untouched).
+    big = torch.randn(3100, device="cuda")
+    out_big = torch.full((2, 3100, 4, 4), 7.0, device="cuda")
+    with pytest.raises(RuntimeError, match="more than 3072 channels per group"):
+        ext.forward(x, torch.randn(3100, 3, 3, 3, device="cuda"), big, big, big, big, 1, 2, -1.0, 1.0, 1e-5, False,
+                    out_big)
+    torch.cuda.synchronize()
+    assert bool((out_big == 7.0).all())
 
 
 def test_no_allocation_beyond_the_output_and_the_pooled_intermediate():
