@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent
 KERNELS_DIR = ROOT / "kernels"
 RESULTS_DIR = Path(os.environ.get("FUSED_RESULTS_DIR", ROOT / "results"))
 BUILD_DIR = Path(os.environ.get("FUSED_KERNELS_BUILD_DIR", ROOT / ".build"))
-NO_GPU_ARCH = "90"  # compile target when no GPU is visible (H100, so CI can compile)
+NO_GPU_ARCH = "90a"  # compile target when no GPU is visible (H100, so CI compiles the wgmma paths too)
 NVCC_FLAGS = ("-O3", "-lineinfo")
 
 
@@ -169,10 +169,14 @@ def check_toolchain() -> Path:
 
 
 def target_arch() -> str:
-    """Compute capability to compile for, as digits ('90'): the current GPU's, else sm_90."""
+    """Architecture to compile for, as nvcc spells it after sm_: the current GPU's, else '90a'.
+
+    Compute capability 9.0 gets '90a' (Hopper's arch-specific features, wgmma among them; such a
+    binary runs only on 9.0, which is the GPU it is built for).
+    """
     if gpu_available():
         major, minor = torch.cuda.get_device_capability()
-        return f"{major}{minor}"
+        return "90a" if (major, minor) == (9, 0) else f"{major}{minor}"
     return NO_GPU_ARCH
 
 

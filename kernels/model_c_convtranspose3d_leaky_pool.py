@@ -148,7 +148,7 @@ _v3_reasons = {}
 def v3_unsupported_reason(x_shape, cfg, device_index: int) -> str:
     """'' when v3's fused kernel handles this input shape and configuration, else why not (cached)."""
     key = (tuple(x_shape[1:]), cfg["out_channels"], cfg["kernel"], cfg["stride"], cfg["padding"],
-           cfg["output_padding"], cfg["pool"], cfg["groups"], cfg["dilation"], device_index)
+           cfg["output_padding"], cfg["pool"], cfg["groups"], cfg["dilation"], cfg["allow_tf32"], device_index)
     if key not in _v3_reasons:
         if torch.cuda.get_device_capability(device_index) < (8, 0):
             _v3_reasons[key] = "needs compute capability 8.0 or newer (cp.async, TF32 mma.sync)"
@@ -157,7 +157,7 @@ def v3_unsupported_reason(x_shape, cfg, device_index: int) -> str:
         else:
             _v3_reasons[key] = _load_extension(KERNEL_V3).unsupported_reason(
                 list(x_shape[2:]), x_shape[1], cfg["out_channels"], list(cfg["kernel"]), list(cfg["stride"]),
-                list(cfg["padding"]), list(cfg["output_padding"]), cfg["pool"], device_index)
+                list(cfg["padding"]), list(cfg["output_padding"]), cfg["pool"], device_index, cfg["allow_tf32"])
     return _v3_reasons[key]
 
 

@@ -92,10 +92,19 @@ constexpr int kRows = kWarps * kRowsPerWarp;      // pooled positions per CTA ti
 constexpr int kMaxPool = 8;
 constexpr int kMaxKernel = 7;
 
-// Floats between two k-rows of the staged weight block: 8*NT channels plus padding so that the four
-// k-rows a fragment load touches fall in different banks (row stride = 8 or 24 mod 32).
-template <int NT>
-__host__ __device__ constexpr int weight_row_stride() { return NT == 1 ? 8 : 8 * NT + 8; }
+// The staged weight block, per (tap, chunk of 8 input channels): the k8 x (8 NT) slice of B as
+// wgmma's K-major core matrices without swizzle, [n group (NT)][k half (2)][8 channels n][4 k]: each
+// core matrix is 8 rows of 16 bytes, 128 bytes contiguous. In the fp32-accurate mode the chunk holds
+// B's TF32 high part, then its low part (B = hi + lo, split once when staged); in the TF32 mode only
+// the rounded B. mma.sync's B fragments read the same layout without bank conflicts (lane (g, t)
+// reads n = g, k = t: offset 4 g + t covers the 32 banks once).
+template <int NT, bool SPLIT3>
+__host__ __device__ constexpr int weight_chunk_floats() { return 64 * NT * (SPLIT3 ? 2 : 1); }
+
+// Offset of B's element (k, n) (k < 8, n < 8 NT) inside a chunk's high (or only) part.
+__host__ __device__ constexpr int weight_chunk_offset(int k, int n) {
+    return ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4;
+}
 
 struct Params {
     const float* x;
@@ -140,9 +149,9 @@ __device__ __forceinline__ float nan_max(float a, float b) {
 }
 
 // 4-byte asynchronous global -> shared copy; `valid` false writes a zero instead (src not read).
-__device__ __forceinline__ void cp_async_f32(float* dst, const float* src, bool valid) {
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+// `dst` is a shared-memory address (as from __cvta_generic_to_shared).
+__device__ __forceinline__ void cp_async_f32(uint32_t dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int PENDING>
@@ -180,6 +189,59 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Hopper's warpgroup MMA (sm_90a): four warps (128 threads, warpgroup-aligned) issue one
+// m64 x n(8 NT) x k8 product together. A comes from registers (per warp, mma.m16n8k8's A fragment of
+// its 16 rows); B from shared memory through a descriptor; D (fp32) stays in registers, per warp the
+// NT n8-tile fragments of mma.m16n8k8 in order. The instructions are asynchronous: wgmma_fence()
+// orders register writes before them, wgmma_commit() closes a group, wgmma_wait<N>() waits until at
+// most N groups are in flight. scripts/probes/wgmma_tf32.cu checks this recipe against a matmul.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MODEL_C_WGMMA 1
+// Descriptor of a no-swizzle K-major operand at `smem`: start address, LBO = 128 B (the step between
+// the two k halves of a core-matrix pair), SBO = 256 B (the step between 8-channel n groups), all >> 4.
+__device__ __forceinline__ uint64_t weight_descriptor(const float* smem) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    return static_cast<uint64_t>((a & 0x3ffff) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16) |
+           (static_cast<uint64_t>(256 >> 4) << 32);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// d = a * b + (accumulate ? d : 0) for the warpgroup's m64 x n(8 NT) x k8 tile.
+template <int NT>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
+    const int scale_d = accumulate ? 1 : 0;
+    if constexpr (NT == 1) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %8, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %9, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
+    } else if constexpr (NT == 2) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, "
+            "%13, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
+    } else {
+        static_assert(NT == 4, "NT is 1, 2 or 4");
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %21, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
+    }
+}
+#endif
+
 // Where tile `tile` sits: sample n, first pooled position p0, first input index lo of its box.
 struct TileOrigin {
     int64_t n;
@@ -198,28 +260,28 @@ __device__ __forceinline__ TileOrigin locate_tile(const Params& p, int64_t tile)
     return o;
 }
 
-// Start copying a tile's input box [ci_padded][extent] into `box` (cp.async, zero outside x and for
-// padded channels). Warps take (d, h) rows of the box, one division each; lanes run along w
-// (coalesced); the channel loop reuses the row's bounds and addresses.
-__device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box, int warp,
-                                                int lane) {
+// Start copying a tile's input box [ci][extent] into `box` (cp.async, zero outside x). Threads take
+// the box's (d, h, w) positions in order (coalesced along w); each works out its position's source
+// and bounds once, then copies it for every input channel with two pointer steps per copy. The
+// padded channels' planes (ci >= C_in) are zeroed once per kernel, not here.
+__device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box) {
     const int64_t channel_stride = static_cast<int64_t>(p.in_size[0]) * p.in_size[1] * p.in_size[2];
-    const int rows = p.extent[0] * p.extent[1];
-    for (int row = warp; row < rows; row += kWarps) {
+    const float* x_n = p.x + o.n * p.in_channels * channel_stride;
+    const int line = p.extent[2], positions = p.extent[0] * p.extent[1] * line;
+    const uint32_t box_addr = static_cast<uint32_t>(__cvta_generic_to_shared(box));
+    for (int e = threadIdx.x; e < positions; e += kThreads) {
+        const int row = e / line, ew = e - row * line;
         const int ed = row / p.extent[1], eh = row - ed * p.extent[1];
-        const int id = o.lo[0] + ed, ih = o.lo[1] + eh;
-        const bool row_ok = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1];
-        const float* src = p.x + o.n * p.in_channels * channel_stride +
-                           (static_cast<int64_t>(row_ok ? id : 0) * p.in_size[1] + (row_ok ? ih : 0)) * p.in_size[2];
-        float* dst = box + row * p.extent[2];
-        for (int ci = 0; ci < p.ci_padded; ++ci, src += channel_stride, dst += p.ci_stride) {
-            const bool line_ok = row_ok && ci < p.in_channels;
-            for (int ew = lane; ew < p.extent[2]; ew += 32) {
-                const int iw = o.lo[2] + ew;
-                const bool ok = line_ok && iw >= 0 && iw < p.in_size[2];
-                cp_async_f32(dst + ew, ok ? src + iw : p.x, ok);
-            }
-        }
+        const int id = o.lo[0] + ed, ih = o.lo[1] + eh, iw = o.lo[2] + ew;
+        const bool ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.in_size[0]) &&
+                        static_cast<unsigned>(ih) < static_cast<unsigned>(p.in_size[1]) &&
+                        static_cast<unsigned>(iw) < static_cast<unsigned>(p.in_size[2]);
+        const float* src = ok ? x_n + (static_cast<int64_t>(id) * p.in_size[1] + ih) * p.in_size[2] + iw : p.x;
+        const int64_t src_step = ok ? channel_stride : 0;  // outside x: zero-fill, src never read
+        uint32_t dst = box_addr + 4u * e;
+#pragma unroll 4
+        for (int ci = 0; ci < p.in_channels; ++ci, src += src_step, dst += 4u * p.ci_stride)
+            cp_async_f32(dst, src, ok);
     }
 }
 
@@ -232,7 +294,7 @@ __device__ __forceinline__ int tap_count(const Params& p, int r) {
 
 // The CTA's tap list in shared memory, built once: window offset r owns entries list_start[r] ..
 // list_start[r + 1] - 1, each {offset of the tap's input in the box, offset of its weight rows in w_s}.
-template <int WSTRIDE>
+template <int WEIGHT_FLOATS_PER_CI>
 __device__ void build_tap_list(const Params& p, int* list_start, int2* list) {
     for (int r = threadIdx.x; r < p.windows; r += kThreads) {
         int start = 0;
@@ -246,25 +308,26 @@ __device__ void build_tap_list(const Params& p, int* list_start, int2* list) {
                     // input index = p * step + (r + padding - k) / stride: the box-relative part
                     const int shift = (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
                     const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
-                    list[start++] = make_int2(shift, tap * p.ci_padded * WSTRIDE);
+                    list[start++] = make_int2(shift, tap * p.ci_padded * WEIGHT_FLOATS_PER_CI);
                 }
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
-// Dynamic shared memory: weight block [taps][ci_padded][weight_row_stride], two input boxes
-// [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), the block's bias
-// and multiplier, then the tap list (starts, padded to an even count, and int2 entries).
+// Dynamic shared memory: the weight block [taps][ci_padded / 8] chunks (weight_chunk_floats each), two
+// input boxes [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), the
+// block's bias and multiplier, then the tap list (starts, padded to an even count, and int2 entries).
+// Built for sm_90a, the products run on wgmma; otherwise on mma.sync (same operands and layouts).
 // ---------------------------------------------------------------------------------------------
 template <int NT, bool SPLIT3>
 __global__ void __launch_bounds__(kThreads, 1)
 convtranspose_leaky_pool_kernel(const Params p) {
     constexpr int kChannels = 8 * NT;
-    constexpr int kWStride = weight_row_stride<NT>();
-    extern __shared__ float smem[];
+    constexpr int kChunk = weight_chunk_floats<NT, SPLIT3>();
+    extern __shared__ __align__(128) float smem[];
     float* w_s = smem;
-    float* x_s = smem + static_cast<size_t>(p.taps) * p.ci_padded * kWStride;
+    float* x_s = smem + static_cast<size_t>(p.taps) * (p.ci_padded / 8) * kChunk;
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;
@@ -272,22 +335,39 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     // Start copying the first tile's input box, then stage the weight block (once) while it flies.
     int64_t tile = blockIdx.x;
-    if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s, warp, lane);
+    if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s);
     cp_async_commit();
 
-    // w_s[(tap * ci_padded + ci) * kWStride + n] = sign(m[co0 + n]) * weight[ci][co0 + n][tap].
+    // B(k = ci, n) of tap `tap` = sign(m[co0 + n]) * weight[ci][co0 + n][tap], in chunk (tap, ci / 8).
     for (int e = threadIdx.x; e < p.ci_padded * kChannels * p.taps; e += kThreads) {
         const int tap = e % p.taps, n = (e / p.taps) % kChannels, ci = e / (p.taps * kChannels);
         float v = 0.f;
         if (ci < p.in_channels && co0 + n < p.out_channels)
             v = __ldg(p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps + tap) *
                 (__ldg(p.multiplier + co0 + n) >= 0.f ? 1.f : -1.f);  // sign(m) folded in: acc = sign(m) * y
-        w_s[(tap * p.ci_padded + ci) * kWStride + n] = SPLIT3 ? v : __uint_as_float(to_tf32(v));
+        float* chunk = w_s + (tap * (p.ci_padded / 8) + ci / 8) * kChunk + weight_chunk_offset(ci % 8, n);
+        if (SPLIT3) {
+            uint32_t hi, lo;
+            split_tf32(v, hi, lo);
+            chunk[0] = __uint_as_float(hi);
+            chunk[64 * NT] = __uint_as_float(lo);
+        } else {
+            chunk[0] = __uint_as_float(to_tf32(v));
+        }
     }
+#if defined(MODEL_C_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
+#endif
 
     // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative
     // slope, each time a window offset is pooled.
     const size_t box_floats = static_cast<size_t>(p.ci_padded) * p.ci_stride;
+    // The padded channels' planes of both boxes stay zero for the whole kernel (the staging never
+    // writes them): zero them once.
+    for (size_t e = static_cast<size_t>(p.in_channels) * p.ci_stride + threadIdx.x; e < box_floats; e += kThreads) {
+        x_s[e] = 0.f;
+        x_s[box_floats + e] = 0.f;
+    }
     float* bias_s = x_s + 2 * box_floats;
     float* mult_s = bias_s + kChannels;
     for (int n = threadIdx.x; n < kChannels; n += kThreads) {
@@ -297,20 +377,22 @@ convtranspose_leaky_pool_kernel(const Params p) {
     }
     int* list_start = reinterpret_cast<int*>(mult_s + kChannels);
     int2* list = reinterpret_cast<int2*>(list_start + ((p.windows + 2) & ~1));
-    build_tap_list<kWStride>(p, list_start, list);  // visible after the loop's first barrier
+    build_tap_list<kChunk / 8>(p, list_start, list);  // visible after the loop's first barrier
     const bool pool_first = p.slope >= 0.f;  // the monotone rewrite (uniform across the grid)
 
     const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
 
     for (int buf = 0; tile < p.num_tiles; tile += gridDim.x, buf ^= 1) {
         const int64_t next = tile + gridDim.x;
-        if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats, warp, lane);
+        if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies for `tile` have landed ...
         __syncthreads();     // ... and everyone's (the first pass: the weights too)
         const TileOrigin o = locate_tile(p, tile);
         const float* box = x_s + buf * box_floats;
-        if (warp * kRowsPerWarp < p.rows) {  // a small tile leaves some warps idle (warp-uniform)
+        // A small tile leaves whole warpgroups idle (uniform per warpgroup, as wgmma needs); rows past
+        // the tile in a busy warpgroup compute on box position 0 and are not stored.
+        if ((warp / 4) * 4 * kRowsPerWarp < p.rows) {
             // This thread's four rows (pooled positions): g, g + 8, g + 16, g + 24 of the warp's 32.
             int row_base[4];  // offset of the row's (p * step) in the input box
 #pragma unroll
@@ -343,8 +425,13 @@ convtranspose_leaky_pool_kernel(const Params p) {
                 for (int e = list_start[r]; e < e_end; ++e) {
                     const int2 entry = list[e];
                     const float* xa = box + entry.x + t * p.ci_stride;
-                    const float* wb = w_s + entry.y + t * kWStride + g;
+#if defined(MODEL_C_WGMMA)
+                    uint64_t b_desc = weight_descriptor(w_s + entry.y);
+#else
+                    const float* wb = w_s + entry.y + 4 * g + t;
+#endif
                     for (int ci0 = 0; ci0 < p.ci_padded; ci0 += 8) {
+                        // A fragments of the warp's two m16 tiles: rows g, g + 8 at k = t, t + 4.
                         uint32_t a_hi[2][4], a_lo[2][4];
 #pragma unroll
                         for (int mt = 0; mt < 2; ++mt) {
@@ -357,24 +444,47 @@ convtranspose_leaky_pool_kernel(const Params p) {
                                 else a_hi[mt][j] = round_tf32_bits(v[j]);
                             }
                         }
+#if defined(MODEL_C_WGMMA)
+                        // Warpgroup m64 block mt = m-tile mt of its four warps.
+                        wgmma_fence();
+                        if (SPLIT3) {
+                            // Small terms first, into a fresh partial sum (scale-d = 0) that joins the
+                            // accumulator through an IEEE (round-to-nearest) add: the tensor core
+                            // truncates when it adds products to a large running sum, and that bias,
+                            // repeated over the K loop, costs ~4x fp32's error.
+                            float part[2][NT][4];
+                            const uint64_t lo_desc = b_desc + (64 * NT * sizeof(float) >> 4);
+#pragma unroll
+                            for (int mt = 0; mt < 2; ++mt) {
+                                wgmma_tf32<NT>(part[mt], a_lo[mt], b_desc, false);
+                                wgmma_tf32<NT>(part[mt], a_hi[mt], lo_desc, true);
+                                wgmma_tf32<NT>(part[mt], a_hi[mt], b_desc, true);
+                            }
+                            wgmma_commit();
+                            wgmma_wait<0>();
+#pragma unroll
+                            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                                    for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[mt][nt][j];
+                        } else {
+#pragma unroll
+                            for (int mt = 0; mt < 2; ++mt) wgmma_tf32<NT>(acc[mt], a_hi[mt], b_desc, true);
+                            wgmma_commit();
+                            wgmma_wait<0>();
+                        }
+                        b_desc += kChunk * sizeof(float) >> 4;
+#else
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt) {
-                            const float w0 = wb[nt * 8], w1 = wb[4 * kWStride + nt * 8];
-                            uint32_t b0_hi, b1_hi, b0_lo, b1_lo;
-                            if (SPLIT3) {
-                                split_tf32(w0, b0_hi, b0_lo);
-                                split_tf32(w1, b1_hi, b1_lo);
-                            } else {  // rounded when staged
-                                b0_hi = __float_as_uint(w0);
-                                b1_hi = __float_as_uint(w1);
-                            }
+                            const uint32_t b0_hi = __float_as_uint(wb[nt * 64]), b1_hi = __float_as_uint(wb[nt * 64 + 32]);
 #pragma unroll
                             for (int mt = 0; mt < 2; ++mt) {
                                 if (SPLIT3) {
-                                    // Small terms first, into a fresh partial sum that joins the
-                                    // accumulator through an IEEE (round-to-nearest) add: the tensor core
-                                    // truncates when it adds products to a large running sum, and that
-                                    // bias, repeated over the K loop, costs ~4x fp32's error.
+                                    // Small terms first, into a fresh partial sum (see the wgmma branch).
+                                    const uint32_t b0_lo = __float_as_uint(wb[64 * NT + nt * 64]),
+                                                   b1_lo = __float_as_uint(wb[64 * NT + nt * 64 + 32]);
                                     float part[4] = {0.f, 0.f, 0.f, 0.f};
                                     mma_tf32(part, a_lo[mt], b0_hi, b1_hi);
                                     mma_tf32(part, a_hi[mt], b0_lo, b1_lo);
@@ -386,8 +496,9 @@ convtranspose_leaky_pool_kernel(const Params p) {
                                 }
                             }
                         }
+                        wb += kChunk;
+#endif
                         xa += 8 * p.ci_stride;
-                        wb += 8 * kWStride;
                     }
                 }
 
@@ -419,9 +530,10 @@ convtranspose_leaky_pool_kernel(const Params p) {
             }
 
             // f once (pool-first) and store. This thread's rows i = 0..3 are accumulator rows g, g + 8 of
-            // m-tile 0 and of m-tile 1: best[i / 2][nt][2 * (i % 2) + c].
+            // m-tile 0 and of m-tile 1: best[i / 2][nt][2 * (i % 2) + c]. Per row, its offset in an output
+            // channel plane (-1 outside); per channel, one base pointer; per output, f and one store.
             const int64_t channel_stride = static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2];
-            int64_t row_dst[4];  // offset of (n, co0 + 2t, pd, ph, pw) in `out`, or -1 outside
+            int64_t in_plane[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = warp * kRowsPerWarp + g + 8 * i;
@@ -429,25 +541,22 @@ convtranspose_leaky_pool_kernel(const Params p) {
                           ph = o.p0[1] + ((r >> p.tile_log2[2]) & (p.tile[1] - 1)),
                           pd = o.p0[0] + (r >> (p.tile_log2[2] + p.tile_log2[1]));
                 const bool ok = r < p.rows && pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
-                row_dst[i] = ok ? (o.n * p.out_channels + co0 + 2 * t) * channel_stride +
-                                      (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw
-                                : -1;
+                in_plane[i] = ok ? (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw : -1;
             }
-            const bool full_block = co0 + kChannels <= p.out_channels;
+            float* out_tile = p.out + (o.n * p.out_channels + co0) * channel_stride;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     const int n_local = nt * 8 + 2 * t + c;
-                    if (!full_block && co0 + n_local >= p.out_channels) continue;
-                    const float m = mult_s[n_local], b = bias_s[n_local];
-                    const int64_t channel_offset = (nt * 8 + c) * channel_stride;
+                    if (co0 + n_local >= p.out_channels) continue;
+                    const float m = mult_s[n_local], b = bias_s[n_local], sign = m >= 0.f ? 1.f : -1.f;
+                    float* dst = out_tile + n_local * channel_stride;
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
-                        if (row_dst[i] < 0) continue;
                         const float q = best[i / 2][nt][2 * (i % 2) + c];
-                        p.out[row_dst[i] + channel_offset] =
-                            pool_first ? leaky(m * leaky((m >= 0.f ? q : -q) + b, p.slope), p.slope) : q;
+                        if (in_plane[i] >= 0)
+                            dst[in_plane[i]] = pool_first ? leaky(m * leaky(fmaf(sign, q, b), p.slope), p.slope) : q;
                     }
                 }
         }
@@ -520,7 +629,7 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why the fused path does not apply.
 Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
                c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
-               int device, int64_t channels_per_block = 0) {
+               bool allow_tf32, int device, int64_t channels_per_block = 0) {
     Plan plan;
     Params& p = plan.params;
     auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
@@ -580,61 +689,88 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         }
         p.tap_start[d][p.pool] = j;
     }
-    auto extent_of = [&](int d, int tile) { return (tile - 1) * (p.pool / p.stride[d]) + c_max[d] - p.c_min[d] + 1; };
     if (channels_per_block != 0 && channels_per_block != 8 && channels_per_block != 16 && channels_per_block != 32)
         return fail("channels_per_block must be 0 (automatic), 8, 16 or 32, got " + std::to_string(channels_per_block));
-    plan.nt = channels_per_block ? static_cast<int>(channels_per_block / 8) : c_out <= 8 ? 1 : c_out <= 16 ? 2 : 4;
-    const int w_stride = plan.nt == 1 ? weight_row_stride<1>() : plan.nt == 2 ? weight_row_stride<2>()
-                                                                              : weight_row_stride<4>();
     p.windows = p.pool * p.pool * p.pool;
     p.tap_entries = p.tap_start[0][p.pool] * p.tap_start[1][p.pool] * p.tap_start[2][p.pool];
     const size_t smem_limit = static_cast<size_t>(device_limits(device).smem_optin);
-    // Tile: 32 positions along W (or the output's next power of two), then the (TD, TH) split of the
-    // remaining rows that stages the fewest inputs plus computes the fewest rows in all. kRows rows
-    // when the two input boxes fit in shared memory beside the weights, else 256, 128, ... (idle warps).
-    for (int max_rows = kRows; max_rows >= kRowsPerWarp; max_rows /= 2) {
-        p.tile[2] = std::min(max_rows, std::min(32, next_pow2(p.pooled[2])));
-        double best_cost = -1.0;
-        for (int th = 1; th * p.tile[2] <= max_rows; th *= 2) {
-            if (th > next_pow2(p.pooled[1])) break;
-            const int td = std::min(max_rows / (th * p.tile[2]), next_pow2(p.pooled[0]));
-            const double tiles = static_cast<double>((p.pooled[0] + td - 1) / td) * ((p.pooled[1] + th - 1) / th);
-            const double cost = tiles * (static_cast<double>(td) * th * p.tile[2] +
-                                         static_cast<double>(extent_of(0, td)) * extent_of(1, th) *
-                                             extent_of(2, p.tile[2]));
-            if (best_cost < 0 || cost < best_cost) {
-                best_cost = cost;
-                p.tile[0] = td;
-                p.tile[1] = th;
+
+    // Tile for a channel block of 8 * nt: 32 positions along W (or the output's next power of two), then
+    // the (TD, TH) split of the remaining rows that stages the fewest inputs plus computes the fewest rows
+    // in all. kRows rows when the two input boxes fit in shared memory beside the weights, else 256,
+    // 128, ... (idle warps). False when not even kRowsPerWarp rows fit.
+    auto fit_tile = [&](Plan& cand, int nt) {
+        Params& q = cand.params;
+        cand.nt = nt;
+        const size_t weight_floats = static_cast<size_t>(q.taps) * q.ci_padded * 8 * nt * (allow_tf32 ? 1 : 2);
+        auto extent_of = [&](int d, int tile) { return (tile - 1) * (q.pool / q.stride[d]) + c_max[d] - q.c_min[d] + 1; };
+        for (int max_rows = kRows; max_rows >= kRowsPerWarp; max_rows /= 2) {
+            q.tile[2] = std::min(max_rows, std::min(32, next_pow2(q.pooled[2])));
+            double best_cost = -1.0;
+            for (int th = 1; th * q.tile[2] <= max_rows; th *= 2) {
+                if (th > next_pow2(q.pooled[1])) break;
+                const int td = std::min(max_rows / (th * q.tile[2]), next_pow2(q.pooled[0]));
+                const double tiles = static_cast<double>((q.pooled[0] + td - 1) / td) * ((q.pooled[1] + th - 1) / th);
+                const double cost = tiles * (static_cast<double>(td) * th * q.tile[2] +
+                                             static_cast<double>(extent_of(0, td)) * extent_of(1, th) *
+                                                 extent_of(2, q.tile[2]));
+                if (best_cost < 0 || cost < best_cost) {
+                    best_cost = cost;
+                    q.tile[0] = td;
+                    q.tile[1] = th;
+                }
             }
+            q.rows = q.tile[0] * q.tile[1] * q.tile[2];
+            int64_t num_tiles = batch;
+            for (int d = 0; d < 3; ++d) {
+                q.tile_log2[d] = 0;
+                while ((1 << q.tile_log2[d]) < q.tile[d]) ++q.tile_log2[d];
+                q.tiles[d] = (q.pooled[d] + q.tile[d] - 1) / q.tile[d];
+                num_tiles *= q.tiles[d];
+                q.extent[d] = extent_of(d, q.tile[d]);
+            }
+            q.num_tiles = num_tiles;
+            const int64_t box = static_cast<int64_t>(q.extent[0]) * q.extent[1] * q.extent[2];
+            q.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
+            cand.smem_bytes = sizeof(float) * (weight_floats + 2 * static_cast<size_t>(q.ci_padded) * q.ci_stride +
+                                               2 * 8 * nt) +
+                              sizeof(int) * ((q.windows + 2) & ~1) + sizeof(int2) * static_cast<size_t>(q.tap_entries);
+            if (cand.smem_bytes <= smem_limit) return true;
         }
-        p.rows = p.tile[0] * p.tile[1] * p.tile[2];
-        int64_t num_tiles = batch;
-        for (int d = 0; d < 3; ++d) {
-            p.tile_log2[d] = 0;
-            while ((1 << p.tile_log2[d]) < p.tile[d]) ++p.tile_log2[d];
-            p.tiles[d] = (p.pooled[d] + p.tile[d] - 1) / p.tile[d];
-            num_tiles *= p.tiles[d];
-            p.extent[d] = extent_of(d, p.tile[d]);
+        return false;
+    };
+
+    // Channel block: as asked, or (automatic) the widest useful one, 8, 16 or 32 channels; when its
+    // weights leave too little room for the input boxes, a narrower block with taller tiles if that
+    // gives a CTA more outputs per tile (the fp32-accurate mode stages the weights twice, hi and lo).
+    const int widest = channels_per_block ? static_cast<int>(channels_per_block / 8) : c_out <= 8 ? 1 : c_out <= 16 ? 2 : 4;
+    const int narrowest = channels_per_block ? widest : 1;
+    Plan chosen;
+    int64_t chosen_outputs = -1;
+    size_t smallest_smem = 0;
+    for (int nt = widest; nt >= narrowest; nt /= 2) {
+        Plan cand = plan;
+        if (!fit_tile(cand, nt)) {
+            if (smallest_smem == 0 || cand.smem_bytes < smallest_smem) smallest_smem = cand.smem_bytes;
+            continue;
         }
-        p.num_tiles = num_tiles;
-        const int64_t box = static_cast<int64_t>(p.extent[0]) * p.extent[1] * p.extent[2];
-        p.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
-        plan.smem_bytes = sizeof(float) * (static_cast<size_t>(p.taps) * p.ci_padded * w_stride +
-                                           2 * static_cast<size_t>(p.ci_padded) * p.ci_stride + 2 * 8 * plan.nt) +
-                          sizeof(int) * ((p.windows + 2) & ~1) + sizeof(int2) * static_cast<size_t>(p.tap_entries);
-        if (plan.smem_bytes <= smem_limit) return plan;
+        const int64_t outputs = static_cast<int64_t>(cand.params.rows) * std::min<int64_t>(8 * nt, c_out);
+        if (outputs > chosen_outputs) {
+            chosen = cand;
+            chosen_outputs = outputs;
+        }
     }
-    return fail("the weight block, two input boxes and the tap list need " + std::to_string(plan.smem_bytes) +
-                " bytes of shared memory even with " + std::to_string(kRowsPerWarp) +
-                "-position tiles, more than the GPU's " + std::to_string(smem_limit) +
+    if (chosen_outputs > 0) return chosen;
+    return fail("the weight block, two input boxes and the tap list need " + std::to_string(smallest_smem) +
+                " bytes of shared memory even with " + std::to_string(kRowsPerWarp) + "-position tiles and " +
+                std::to_string(8 * narrowest) + "-channel blocks, more than the GPU's " + std::to_string(smem_limit) +
                 " (C_in * kernel volume too large)");
 }
 
 std::string unsupported_reason(std::vector<int64_t> in_size, int64_t c_in, int64_t c_out, std::vector<int64_t> kernel,
                                std::vector<int64_t> stride, std::vector<int64_t> padding,
-                               std::vector<int64_t> output_padding, int64_t pool, int64_t device) {
-    return make_plan(in_size, 1, c_in, c_out, kernel, stride, padding, output_padding, pool,
+                               std::vector<int64_t> output_padding, int64_t pool, int64_t device, bool allow_tf32) {
+    return make_plan(in_size, 1, c_in, c_out, kernel, stride, padding, output_padding, pool, allow_tf32,
                      static_cast<int>(device)).problem;
 }
 
@@ -684,7 +820,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
-                          output_padding, pool, device, channels_per_block);
+                          output_padding, pool, allow_tf32, device, channels_per_block);
     TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
     const Params& p = plan.params;
     TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
@@ -717,7 +853,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("unsupported_reason", &model_c_v3::unsupported_reason,
           "'' when the fused kernel handles this configuration on `device`, else why not",
           py::arg("in_size"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel"), py::arg("stride"),
-          py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"));
+          py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"),
+          py::arg("allow_tf32") = false);
     m.def("forward", &model_c_v3::forward,
           "out = maxpool3d(leaky(m * leaky(conv_transpose3d(x, weight, bias))), pool); allow_tf32 = 1xTF32, "
           "else 3xTF32 (fp32-accurate)",
