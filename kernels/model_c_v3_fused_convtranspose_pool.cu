@@ -131,7 +131,7 @@ struct Params {
     int rows;          // tile[0] * tile[1] * tile[2]
     int windows;       // pool^3 window offsets
     int tap_entries;   // taps over all window offsets (the length of the CTA's tap list)
-    int64_t num_tiles; // N * tiles[0] * tiles[1] * tiles[2]
+    int num_tiles;     // N * tiles[0] * tiles[1] * tiles[2] (< 2^31, checked)
     float slope;
 };
 
@@ -244,12 +244,12 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a
 
 // Where tile `tile` sits: sample n, first pooled position p0, first input index lo of its box.
 struct TileOrigin {
-    int64_t n;
+    int n;
     int p0[3];
     int lo[3];
 };
 
-__device__ __forceinline__ TileOrigin locate_tile(const Params& p, int64_t tile) {
+__device__ __forceinline__ TileOrigin locate_tile(const Params& p, int tile) {
     TileOrigin o;
     for (int d = 2; d >= 0; --d) {
         o.p0[d] = static_cast<int>(tile % p.tiles[d]) * p.tile[d];
@@ -266,7 +266,7 @@ __device__ __forceinline__ TileOrigin locate_tile(const Params& p, int64_t tile)
 // padded channels' planes (ci >= C_in) are zeroed once per kernel, not here.
 __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box) {
     const int64_t channel_stride = static_cast<int64_t>(p.in_size[0]) * p.in_size[1] * p.in_size[2];
-    const float* x_n = p.x + o.n * p.in_channels * channel_stride;
+    const float* x_n = p.x + static_cast<int64_t>(o.n) * p.in_channels * channel_stride;
     const int line = p.extent[2], positions = p.extent[0] * p.extent[1] * line;
     const uint32_t box_addr = static_cast<uint32_t>(__cvta_generic_to_shared(box));
     for (int e = threadIdx.x; e < positions; e += kThreads) {
@@ -313,6 +313,99 @@ __device__ void build_tap_list(const Params& p, int* list_start, int2* list) {
     }
 }
 
+// One window offset's implicit GEMM: acc += A B over its `count` taps (entries: {input offset in the
+// box, weight offset in w_s}) and all input channels. box_t = the input box + t * ci_stride (+ the
+// warp's first row offset when LINE). A fragments: rows g, g + 8 of m-tile mt at k = t, t + 4, read
+// at the thread's row offsets; LINE: the warp's 32 rows are 32 consecutive box positions (tile W 32,
+// unit step along W), so the offsets are the constants 0, 8, 16, 24 and each load takes an immediate.
+template <int NT, bool SPLIT3, bool LINE>
+__device__ __forceinline__ void window_gemm(float (&acc)[2][NT][4], const int2* entries, int count, const float* box_t,
+                                            const int (&row_base)[4], const float* w_s, int ci_padded, int ci_stride,
+                                            int g, int t) {
+    constexpr int kChunk = weight_chunk_floats<NT, SPLIT3>();
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows[i] = LINE ? 8 * i : row_base[i];
+    for (int e = 0; e < count; ++e) {
+        const int2 entry = entries[e];
+        const float* xa = box_t + entry.x;
+#if defined(MODEL_C_WGMMA)
+        uint64_t b_desc = weight_descriptor(w_s + entry.y);
+#else
+        const float* wb = w_s + entry.y + 4 * g + t;
+#endif
+        for (int ci0 = 0; ci0 < ci_padded; ci0 += 8) {
+            // A fragments of the warp's two m16 tiles: rows g, g + 8 at k = t, t + 4.
+            uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                const float v[4] = {xa[rows[2 * mt]], xa[rows[2 * mt + 1]], xa[rows[2 * mt] + 4 * ci_stride],
+                                    xa[rows[2 * mt + 1] + 4 * ci_stride]};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (SPLIT3) split_tf32(v[j], a_hi[mt][j], a_lo[mt][j]);
+                    else a_hi[mt][j] = round_tf32_bits(v[j]);
+                }
+            }
+#if defined(MODEL_C_WGMMA)
+            // Warpgroup m64 block mt = m-tile mt of its four warps.
+            wgmma_fence();
+            if (SPLIT3) {
+                // Small terms first, into a fresh partial sum (scale-d = 0) that joins the
+                // accumulator through an IEEE (round-to-nearest) add: the tensor core
+                // truncates when it adds products to a large running sum, and that bias,
+                // repeated over the K loop, costs ~4x fp32's error.
+                float part[2][NT][4];
+                const uint64_t lo_desc = b_desc + (64 * NT * sizeof(float) >> 4);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    wgmma_tf32<NT>(part[mt], a_lo[mt], b_desc, false);
+                    wgmma_tf32<NT>(part[mt], a_hi[mt], lo_desc, true);
+                    wgmma_tf32<NT>(part[mt], a_hi[mt], b_desc, true);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[mt][nt][j];
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) wgmma_tf32<NT>(acc[mt], a_hi[mt], b_desc, true);
+                wgmma_commit();
+                wgmma_wait<0>();
+            }
+            b_desc += kChunk * sizeof(float) >> 4;
+#else
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint32_t b0_hi = __float_as_uint(wb[nt * 64]), b1_hi = __float_as_uint(wb[nt * 64 + 32]);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    if (SPLIT3) {
+                        // Small terms first, into a fresh partial sum (see the wgmma branch).
+                        const uint32_t b0_lo = __float_as_uint(wb[64 * NT + nt * 64]),
+                                       b1_lo = __float_as_uint(wb[64 * NT + nt * 64 + 32]);
+                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_tf32(part, a_lo[mt], b0_hi, b1_hi);
+                        mma_tf32(part, a_hi[mt], b0_lo, b1_lo);
+                        mma_tf32(part, a_hi[mt], b0_hi, b1_hi);
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[j];
+                    } else {
+                        mma_tf32(acc[mt][nt], a_hi[mt], b0_hi, b1_hi);
+                    }
+                }
+            }
+            wb += kChunk;
+#endif
+            xa += 8 * ci_stride;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
 // Dynamic shared memory: the weight block [taps][ci_padded / 8] chunks (weight_chunk_floats each), two
@@ -334,25 +427,29 @@ convtranspose_leaky_pool_kernel(const Params p) {
     const int co0 = blockIdx.y * kChannels;
 
     // Start copying the first tile's input box, then stage the weight block (once) while it flies.
-    int64_t tile = blockIdx.x;
+    int tile = blockIdx.x;
     if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s);
     cp_async_commit();
 
     // B(k = ci, n) of tap `tap` = sign(m[co0 + n]) * weight[ci][co0 + n][tap], in chunk (tap, ci / 8).
-    for (int e = threadIdx.x; e < p.ci_padded * kChannels * p.taps; e += kThreads) {
-        const int tap = e % p.taps, n = (e / p.taps) % kChannels, ci = e / (p.taps * kChannels);
-        float v = 0.f;
-        if (ci < p.in_channels && co0 + n < p.out_channels)
-            v = __ldg(p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps + tap) *
-                (__ldg(p.multiplier + co0 + n) >= 0.f ? 1.f : -1.f);  // sign(m) folded in: acc = sign(m) * y
-        float* chunk = w_s + (tap * (p.ci_padded / 8) + ci / 8) * kChunk + weight_chunk_offset(ci % 8, n);
-        if (SPLIT3) {
-            uint32_t hi, lo;
-            split_tf32(v, hi, lo);
-            chunk[0] = __uint_as_float(hi);
-            chunk[64 * NT] = __uint_as_float(lo);
-        } else {
-            chunk[0] = __uint_as_float(to_tf32(v));
+    // A thread per (ci, n), walking the taps (contiguous in `weight`).
+    for (int pair = threadIdx.x; pair < p.ci_padded * kChannels; pair += kThreads) {
+        const int n = pair % kChannels, ci = pair / kChannels;
+        const bool ok = ci < p.in_channels && co0 + n < p.out_channels;
+        const float sign = ok && __ldg(p.multiplier + co0 + n) < 0.f ? -1.f : 1.f;  // acc = sign(m) * y
+        const float* src = p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps;
+        float* dst = w_s + (ci / 8) * kChunk + weight_chunk_offset(ci % 8, n);
+        const int tap_step = (p.ci_padded / 8) * kChunk;
+        for (int tap = 0; tap < p.taps; ++tap, dst += tap_step) {
+            const float v = ok ? __ldg(src + tap) * sign : 0.f;
+            if (SPLIT3) {
+                uint32_t hi, lo;
+                split_tf32(v, hi, lo);
+                dst[0] = __uint_as_float(hi);
+                dst[64 * NT] = __uint_as_float(lo);
+            } else {
+                dst[0] = __uint_as_float(to_tf32(v));
+            }
         }
     }
 #if defined(MODEL_C_WGMMA)
@@ -381,9 +478,10 @@ convtranspose_leaky_pool_kernel(const Params p) {
     const bool pool_first = p.slope >= 0.f;  // the monotone rewrite (uniform across the grid)
 
     const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
+    const bool line_rows = p.tile[2] == kRowsPerWarp && step_w == 1;  // see window_gemm
 
-    for (int buf = 0; tile < p.num_tiles; tile += gridDim.x, buf ^= 1) {
-        const int64_t next = tile + gridDim.x;
+    for (int buf = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
+        const int next = tile + static_cast<int>(gridDim.x);
         if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies for `tile` have landed ...
@@ -421,86 +519,13 @@ convtranspose_leaky_pool_kernel(const Params p) {
 #pragma unroll
                         for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
 
-                const int e_end = list_start[r + 1];
-                for (int e = list_start[r]; e < e_end; ++e) {
-                    const int2 entry = list[e];
-                    const float* xa = box + entry.x + t * p.ci_stride;
-#if defined(MODEL_C_WGMMA)
-                    uint64_t b_desc = weight_descriptor(w_s + entry.y);
-#else
-                    const float* wb = w_s + entry.y + 4 * g + t;
-#endif
-                    for (int ci0 = 0; ci0 < p.ci_padded; ci0 += 8) {
-                        // A fragments of the warp's two m16 tiles: rows g, g + 8 at k = t, t + 4.
-                        uint32_t a_hi[2][4], a_lo[2][4];
-#pragma unroll
-                        for (int mt = 0; mt < 2; ++mt) {
-                            const float v[4] = {xa[row_base[2 * mt]], xa[row_base[2 * mt + 1]],
-                                                xa[row_base[2 * mt] + 4 * p.ci_stride],
-                                                xa[row_base[2 * mt + 1] + 4 * p.ci_stride]};
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) {
-                                if (SPLIT3) split_tf32(v[j], a_hi[mt][j], a_lo[mt][j]);
-                                else a_hi[mt][j] = round_tf32_bits(v[j]);
-                            }
-                        }
-#if defined(MODEL_C_WGMMA)
-                        // Warpgroup m64 block mt = m-tile mt of its four warps.
-                        wgmma_fence();
-                        if (SPLIT3) {
-                            // Small terms first, into a fresh partial sum (scale-d = 0) that joins the
-                            // accumulator through an IEEE (round-to-nearest) add: the tensor core
-                            // truncates when it adds products to a large running sum, and that bias,
-                            // repeated over the K loop, costs ~4x fp32's error.
-                            float part[2][NT][4];
-                            const uint64_t lo_desc = b_desc + (64 * NT * sizeof(float) >> 4);
-#pragma unroll
-                            for (int mt = 0; mt < 2; ++mt) {
-                                wgmma_tf32<NT>(part[mt], a_lo[mt], b_desc, false);
-                                wgmma_tf32<NT>(part[mt], a_hi[mt], lo_desc, true);
-                                wgmma_tf32<NT>(part[mt], a_hi[mt], b_desc, true);
-                            }
-                            wgmma_commit();
-                            wgmma_wait<0>();
-#pragma unroll
-                            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                                    for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[mt][nt][j];
-                        } else {
-#pragma unroll
-                            for (int mt = 0; mt < 2; ++mt) wgmma_tf32<NT>(acc[mt], a_hi[mt], b_desc, true);
-                            wgmma_commit();
-                            wgmma_wait<0>();
-                        }
-                        b_desc += kChunk * sizeof(float) >> 4;
-#else
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) {
-                            const uint32_t b0_hi = __float_as_uint(wb[nt * 64]), b1_hi = __float_as_uint(wb[nt * 64 + 32]);
-#pragma unroll
-                            for (int mt = 0; mt < 2; ++mt) {
-                                if (SPLIT3) {
-                                    // Small terms first, into a fresh partial sum (see the wgmma branch).
-                                    const uint32_t b0_lo = __float_as_uint(wb[64 * NT + nt * 64]),
-                                                   b1_lo = __float_as_uint(wb[64 * NT + nt * 64 + 32]);
-                                    float part[4] = {0.f, 0.f, 0.f, 0.f};
-                                    mma_tf32(part, a_lo[mt], b0_hi, b1_hi);
-                                    mma_tf32(part, a_hi[mt], b0_lo, b1_lo);
-                                    mma_tf32(part, a_hi[mt], b0_hi, b1_hi);
-#pragma unroll
-                                    for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[j];
-                                } else {
-                                    mma_tf32(acc[mt][nt], a_hi[mt], b0_hi, b1_hi);
-                                }
-                            }
-                        }
-                        wb += kChunk;
-#endif
-                        xa += 8 * p.ci_stride;
-                    }
-                }
+                if (line_rows)
+                    window_gemm<NT, SPLIT3, true>(acc, list + list_start[r], list_start[r + 1] - list_start[r],
+                                                  box + t * p.ci_stride + row_base[0], row_base, w_s, p.ci_padded,
+                                                  p.ci_stride, g, t);
+                else
+                    window_gemm<NT, SPLIT3, false>(acc, list + list_start[r], list_start[r + 1] - list_start[r],
+                                                   box + t * p.ci_stride, row_base, w_s, p.ci_padded, p.ci_stride, g, t);
 
                 // Pool this window offset into `best`. The staged weights carry sign(m), so acc holds
                 // sign(m) * y (bias excluded) and the sign-selected pool is a plain max.
@@ -532,8 +557,9 @@ convtranspose_leaky_pool_kernel(const Params p) {
             // f once (pool-first) and store. This thread's rows i = 0..3 are accumulator rows g, g + 8 of
             // m-tile 0 and of m-tile 1: best[i / 2][nt][2 * (i % 2) + c]. Per row, its offset in an output
             // channel plane (-1 outside); per channel, one base pointer; per output, f and one store.
-            const int64_t channel_stride = static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2];
-            int64_t in_plane[4];
+            // 32-bit offsets: the plan keeps C_out x plane below 2^31.
+            const int plane = p.pooled[0] * p.pooled[1] * p.pooled[2];
+            int in_plane[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = warp * kRowsPerWarp + g + 8 * i;
@@ -541,9 +567,9 @@ convtranspose_leaky_pool_kernel(const Params p) {
                           ph = o.p0[1] + ((r >> p.tile_log2[2]) & (p.tile[1] - 1)),
                           pd = o.p0[0] + (r >> (p.tile_log2[2] + p.tile_log2[1]));
                 const bool ok = r < p.rows && pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
-                in_plane[i] = ok ? (static_cast<int64_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw : -1;
+                in_plane[i] = ok ? (pd * p.pooled[1] + ph) * p.pooled[2] + pw : -1;
             }
-            float* out_tile = p.out + (o.n * p.out_channels + co0) * channel_stride;
+            float* out_tile = p.out + (static_cast<int64_t>(o.n) * p.out_channels + co0) * plane;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -551,12 +577,12 @@ convtranspose_leaky_pool_kernel(const Params p) {
                     const int n_local = nt * 8 + 2 * t + c;
                     if (co0 + n_local >= p.out_channels) continue;
                     const float m = mult_s[n_local], b = bias_s[n_local], sign = m >= 0.f ? 1.f : -1.f;
-                    float* dst = out_tile + n_local * channel_stride;
+                    float* dst = out_tile + n_local * plane;
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float q = best[i / 2][nt][2 * (i % 2) + c];
-                        if (in_plane[i] >= 0)
-                            dst[in_plane[i]] = pool_first ? leaky(m * leaky(fmaf(sign, q, b), p.slope), p.slope) : q;
+                        const float v = pool_first ? leaky(m * leaky(fmaf(sign, q, b), p.slope), p.slope) : q;
+                        if (in_plane[i] >= 0) dst[in_plane[i]] = v;
                     }
                 }
         }
@@ -623,6 +649,7 @@ struct Plan {
     Params params{};
     int nt = 4;
     size_t smem_bytes = 0;
+    int64_t num_tiles = 0;  // params.num_tiles before the 2^31 check
     std::string problem;  // empty when the fused path applies
 };
 
@@ -666,6 +693,8 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         p.padding[d] = static_cast<int>(padding[d]);
         p.pooled[d] = static_cast<int>(out_size[d] / pool);
     }
+    if (static_cast<int64_t>(p.pooled[0]) * p.pooled[1] * p.pooled[2] * c_out > INT32_MAX)
+        return fail("C_out x the pooled output's D x H x W must be below 2^31 (32-bit offsets per sample)");
     // Input offsets c = (r + padding - k) / stride over the window offsets r and their taps k span
     // [c_min, c_max]; a tile of T pooled positions reads (T - 1) * (P / stride) + c_max - c_min + 1 inputs.
     int c_max[3];
@@ -729,7 +758,8 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
                 num_tiles *= q.tiles[d];
                 q.extent[d] = extent_of(d, q.tile[d]);
             }
-            q.num_tiles = num_tiles;
+            cand.num_tiles = num_tiles;
+            q.num_tiles = static_cast<int>(std::min<int64_t>(num_tiles, INT32_MAX));
             const int64_t box = static_cast<int64_t>(q.extent[0]) * q.extent[1] * q.extent[2];
             q.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
             cand.smem_bytes = sizeof(float) * (weight_floats + 2 * static_cast<size_t>(q.ci_padded) * q.ci_stride +
@@ -760,7 +790,12 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
             chosen_outputs = outputs;
         }
     }
-    if (chosen_outputs > 0) return chosen;
+    if (chosen_outputs > 0) {
+        if (chosen.num_tiles > INT32_MAX)
+            return fail("the batch is too large for one launch (" + std::to_string(chosen.num_tiles) +
+                        " tiles, at most 2^31 - 1)");
+        return chosen;
+    }
     return fail("the weight block, two input boxes and the tap list need " + std::to_string(smallest_smem) +
                 " bytes of shared memory even with " + std::to_string(kRowsPerWarp) + "-position tiles and " +
                 std::to_string(8 * narrowest) + "-channel blocks, more than the GPU's " + std::to_string(smem_limit) +
@@ -789,7 +824,7 @@ void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) 
     const int64_t channel_blocks = (plan.params.out_channels + 8 * NT - 1) / (8 * NT);
     const int64_t resident = static_cast<int64_t>(blocks_per_sm(kernel, plan.smem_bytes, device)) *
                              device_limits(device).sms;
-    const int64_t grid_x = std::max<int64_t>(1, std::min(plan.params.num_tiles,
+    const int64_t grid_x = std::max<int64_t>(1, std::min<int64_t>(plan.params.num_tiles,
                                                          (resident + channel_blocks - 1) / channel_blocks));
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(channel_blocks));
     kernel<<<grid, kThreads, plan.smem_bytes, stream>>>(plan.params);
