@@ -191,20 +191,21 @@ def _readable_build_error(log: str) -> str:
 _LOADED: dict[str, object] = {}
 
 
-def load_kernel(name: str, *, verbose: bool = False, quiet: bool = False):
+def load_kernel(name: str, *, arch: str | None = None, verbose: bool = False, quiet: bool = False):
     """Build (or load from cache) ``kernels/<name>.cu`` as a Python extension module.
 
     The source holds its own pybind11 binding. The build directory is keyed by a hash of the
     source, the target architecture, the flags and the torch/nvcc versions, so a changed source
     rebuilds and an unchanged one loads in well under a second. Compiles with -O3 and -lineinfo
-    for the visible GPU's architecture, or sm_90 when no GPU is visible.
+    for ``arch`` (as nvcc spells it after sm_, e.g. "90" to build an H100's portable code paths
+    without the sm_90a ones), by default ``target_arch()``: the visible GPU's, or sm_90a without one.
     """
     source_path = KERNELS_DIR / f"{name}.cu"
     if not source_path.exists():
         raise FileNotFoundError(f"no kernel source {source_path}")
     source = source_path.read_text()
     home = check_toolchain()
-    arch = target_arch()
+    arch = arch or target_arch()
     flags = [*NVCC_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}"]
     key = "\n".join([source, arch, *flags, torch.__version__, _nvcc_version_string() or ""])
     ext_name = f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"

@@ -23,28 +23,35 @@
 //   leaky(v)) is non-decreasing where m >= 0 and non-increasing where m < 0 (the v2 identity), so the
 //   kernel keeps max(sign(m) * y) and applies f once (sign(m) is folded into the staged weights, so the
 //   pool is a plain max); for slope < 0 it keeps max(f(y)).
-//   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits
-//   each operand a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo +
-//   a_hi*b_hi ("3xTF32": about fp32's accuracy at 3x TF32's cost). The TF32 mode (allow_tf32) does
-//   a_hi*b_hi only, like cuDNN with allow_tf32 (10-bit mantissas, relative error ~1e-4).
+//   Tensor cores: TF32 products with fp32 accumulation, on Hopper's warpgroup instruction wgmma
+//   (m64 x n(8 NT) x k8, A from registers, B = the weights from shared memory) when built for sm_90a,
+//   else on mma.sync m16n8k8 with the same operands. The fp32-accurate default splits each operand
+//   a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo + a_hi*b_hi
+//   ("3xTF32": about fp32's accuracy at 3x TF32's cost), each k8 step's three products into a fresh
+//   partial sum that joins the accumulator through an fp32 add (the tensor core truncates when it adds
+//   to a large running sum). The TF32 mode (allow_tf32) does a_hi*b_hi only, like cuDNN with
+//   allow_tf32 (10-bit mantissas, relative error ~1e-4).
 //
 // Tiling
 //   One CTA = 16 warps = up to 512 pooled positions (a TD x TH x TW box of one sample, picked on the
 //   host: 32 along W, then the D x H split that stages the fewest inputs) x a block of 8, 16 or 32
 //   output channels (blockIdx.y). A warp owns 32 positions (two m16 tiles) x the channel block (NT n8
-//   tiles). The CTA's weight block is staged in shared memory once ([tap][ci][channel], rows padded so
-//   fragment loads are bank-conflict free). CTAs are persistent: each loops over output tiles, and
-//   while it computes one tile, cp.async copies the next tile's input box [ci][d][h][w] (zeros
-//   outside x and for padded channels) into the second of two shared-memory buffers.
+//   tiles); on wgmma, a warpgroup's m64 block i is the m16 tile i of its four warps. The CTA's weight
+//   block is staged in shared memory once, sign(m) folded in, as wgmma's no-swizzle core matrices per
+//   (tap, 8 input channels), split into TF32 hi and lo once in the fp32 mode (weight_chunk_offset).
+//   CTAs are persistent: each loops over output tiles, and while it computes one tile, cp.async copies
+//   the next tile's input box [ci][d][h][w] (zeros outside x; padded channels zeroed once) into the
+//   second of two shared-memory buffers. When a warp's 32 rows are one W line (tile W 32, unit step),
+//   its A loads take immediate offsets (window_gemm<LINE>).
 //   The per-dimension tap lists of each window offset come precomputed in the kernel parameters;
 //   each CTA flattens them once into a shared-memory list of {input offset, weight offset} per tap.
-//   Registers: 128 per thread (the cap for 16 warps) in the fp32 kernel, no spills.
+//   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
+//   ~80 bytes on sm_90a.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_c/): 0.19 ms fp32-accurate and 0.11 ms TF32,
-//   about 4x and 7x torch.compile, and far from the floors (0.054 ms for 3xTF32 products at the TF32
-//   rate). mma.sync (HMMA) is Hopper's older tensor-core path, and a profile shows it at ~5 % of the
-//   instructions. results/model_c/NOTES.md has the measured steps and what should come next:
-//   TMA staging, and wgmma (sm_90a) with the weights as a shared-memory operand.
+// Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
+//   0.13 ms fp32-accurate and 0.08 ms TF32, 6x and 10x torch.compile, still above the floors (0.054 ms
+//   for 3xTF32 products at the TF32 rate). results/model_c/NOTES.md has the ten measured steps, two
+//   dropped ones (among them A straight from shared memory on wgmma: slower) and what should come next.
 
 // Shapes and layouts
 //   x          : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
@@ -57,17 +64,21 @@
 //   wrapper then runs v2 instead)
 //   groups 1, dilation 1 (what nn.ConvTranspose3d in the model uses), any N >= 0, C_in, C_out >= 1,
 //   kernel 1..7, stride 1..P with P % stride == 0 in every dimension, padding and output_padding as
-//   PyTorch allows, 1 <= P <= 8, any slope, and the weight block plus two input boxes fitting in the
-//   GPU's shared memory (227 KB on an H100). The KernelBench configuration takes 177 KB with 512-position
-//   tiles; a larger C_in gets smaller tiles (C_in 32 with a 3x3x3 kernel: 128 positions, 12 of 16 warps
-//   idle), and C_in 16 with a 5x5x5 kernel needs 320 KB for the weights alone, so it runs v2.
+//   PyTorch allows, 1 <= P <= 8, any slope, C_out x the pooled output's D x H x W below 2^31, fewer
+//   than 2^31 tiles, and the weight block plus two input boxes fitting in the GPU's shared memory
+//   (232,448 bytes on an H100). The KernelBench configuration takes 226,816 bytes fp32-accurate (the
+//   weights twice, hi and lo) and 171,520 in TF32, with 512-position tiles. When the weights crowd out the boxes, the
+//   plan narrows the channel block (32 -> 16 -> 8 channels) or shrinks the tile (idle warps), whichever
+//   leaves a CTA more outputs per tile; a configuration that fits in neither way runs v2.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_c_v3", cpp_sources="",
 //       cuda_sources=open("model_c_v3_fused_convtranspose_pool.cu").read(),
-//       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])        (sm_80 or newer)
-//   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device)
-//       -> "" when the fused path applies, else the reason
+//       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"])
+//   (sm_90a: the wgmma code, runs on an H100 only; for other GPUs of compute capability 8.0 or newer
+//   build for their own arch, e.g. compute_80/sm_80, which uses mma.sync)
+//   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
+//                          allow_tf32=False) -> "" when the fused path applies, else the reason
 //   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out,
 //               channels_per_block=0) -> out      (channels per CTA: 8, 16, 32, or 0 to pick from C_out)
 

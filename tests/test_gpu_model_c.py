@@ -55,6 +55,47 @@ def test_v3_envelope_cases(init, shape, pool, slope):
                          seeds=(9,), shifts=(100.0,))
 
 
+
+class _V3Build(torch.nn.Module):
+    """ModelNew's v3 forward through a given build of the v3 kernel (its own weights, loaded by the sweep)."""
+
+    def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2):
+        super().__init__()
+        self.fused = C.ModelNew(*init, allow_tf32=allow_tf32, pool=pool, negative_slope=slope)
+        self.ext, self.allow_tf32, self.pool, self.slope = ext, allow_tf32, pool, slope
+
+    def load_state_dict(self, state, *args, **kwargs):
+        return self.fused.load_state_dict(state, *args, **kwargs)
+
+    def forward(self, x, out=None):  # out= lets the parity check hand in a NaN-poisoned buffer
+        ct, p = self.fused.conv_transpose, self.pool
+        size = C.conv_output_size(x.shape[2:], {"stride": ct.stride, "padding": ct.padding, "kernel": ct.kernel_size,
+                                                "output_padding": ct.output_padding})
+        if out is None:
+            out = torch.empty((x.shape[0], ct.out_channels, *(n // p for n in size)), device=x.device)
+        return self.ext.forward(x, ct.weight, ct.bias, self.fused.multiplier.reshape(-1), list(ct.stride),
+                                list(ct.padding), list(ct.output_padding), p, self.slope, self.allow_tf32, out)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="on an sm_90 GPU the default build runs wgmma; elsewhere it already is the mma.sync path")
+@pytest.mark.parametrize("init, shape", [
+    (C.get_init_inputs(), (2, 16, 16, 32, 32)),                          # KernelBench shape, batch 2
+    ([32, 24, 3, 2, 1, 1, (24, 1, 1, 1)], (2, 32, 5, 8, 12)),           # narrower channel blocks (fp32)
+    ([6, 5, 3, 3, 2, 2, (5, 1, 1, 1)], (2, 6, 3, 4, 3)),                # stride 3, pool 3, one block of 8
+])
+def test_v3_portable_mma_sync_build_parity(init, shape):
+    """The kernel built without sm_90a (mma.sync, what an A100 runs) passes parity on this H100 too."""
+    portable = helpers.load_kernel(C.KERNEL_V3, arch="90", quiet=True)
+    pool = 3 if init[3] == 3 else 2
+    model = C.Model(*init).cuda()
+    model.max_pool = torch.nn.MaxPool3d(pool)
+    fused = {f"v3 mma.sync {mode}": _V3Build(init, portable, mode == "tf32", pool=pool).cuda() for mode in ("fp32", "tf32")}
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(11,), shifts=(0.0,),
+                         tf32={"v3 mma.sync tf32"})
+    helpers.parity_sweep(model, {"v3 mma.sync fp32": fused["v3 mma.sync fp32"]},
+                         lambda seed: [torch.rand(shape, device="cuda")], seeds=(12,), shifts=(100.0,))
+
 @pytest.mark.parametrize("init, pool, reason", [
     ([4, 6, 3, 3, 1, 0, (6, 1, 1, 1)], 2, "multiple of every stride"),
     ([64, 64, 5, 1, 2, 0, (64, 1, 1, 1)], 2, "shared memory"),
