@@ -1,4 +1,4 @@
-"""Every kernels/*.cu compiles (for the visible GPU, or sm_90 without one) and its module imports."""
+"""Every kernels/*.cu compiles (for the visible GPU, or sm_90a without one) and its module imports."""
 from pathlib import Path
 
 import pytest
