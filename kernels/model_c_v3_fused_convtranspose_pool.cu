@@ -40,18 +40,26 @@
 //   block is staged in shared memory once, sign(m) folded in, as wgmma's no-swizzle core matrices per
 //   (tap, 8 input channels), split into TF32 hi and lo once in the fp32 mode (weight_chunk_offset).
 //   CTAs are persistent: each loops over output tiles, and while it computes one tile, cp.async copies
-//   the next tile's input box [ci][d][h][w] (zeros outside x; padded channels zeroed once) into the
-//   second of two shared-memory buffers. When a warp's 32 rows are one W line (tile W 32, unit step),
-//   its A loads take immediate offsets (window_gemm<LINE>).
-//   The per-dimension tap lists of each window offset come precomputed in the kernel parameters;
-//   each CTA flattens them once into a shared-memory list of {input offset, weight offset} per tap.
+//   the next tile's input box (zeros outside x; padded channels zeroed once) into the second of two
+//   shared-memory buffers. The box interleaves channels (stage_input_box): in groups of 8 (fp32-
+//   accurate) or 16 (TF32, when C_in pads to 16), a thread's A elements of a position for one or two
+//   k8 steps sit in one 8- or 16-byte word, so a row takes one load per group instead of two or four.
+//   Each CTA flattens the window offsets' taps (precomputed per dimension in the kernel parameters)
+//   once into a shared-memory list with one entry per (tap, channel group): {input offset, the low word
+//   of the weights' wgmma descriptor}, so each window offset's GEMM is one flat loop. The first entry of
+//   a window starts its accumulator (wgmma without accumulate; in the fp32 mode the first partial sum
+//   is the accumulator), so nothing is zeroed; window offsets without taps (kernel < stride) are folded
+//   into the pool's start value. When a warp's 32 rows are one W line (tile W 32, unit step), its A
+//   loads and output stores take immediate offsets (window_gemm<LINE>, store_tile<LINE_OUT>). The
+//   epilogue applies f as u * (u >= 0 ? c_pos : c_neg) with two per-channel constants.
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
-//   ~80 bytes on sm_90a.
+//   ~60 bytes on sm_90a.
 //
 // Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
-//   0.13 ms fp32-accurate and 0.08 ms TF32, 6x and 10x torch.compile, still above the floors (0.054 ms
-//   for 3xTF32 products at the TF32 rate). results/model_c/NOTES.md has the ten measured steps, two
-//   dropped ones (among them A straight from shared memory on wgmma: slower) and what should come next.
+//   0.12 ms fp32-accurate and 0.068 ms TF32, 6.5x and 11.5x torch.compile, still above the floors
+//   (0.054 ms for 3xTF32 products at the TF32 rate). results/model_c/NOTES.md has the thirteen measured
+//   steps, the dropped ones (among them A straight from shared memory on wgmma: slower) and what
+//   should come next.
 
 // Shapes and layouts
 //   x          : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
@@ -66,10 +74,11 @@
 //   kernel 1..7, stride 1..P with P % stride == 0 in every dimension, padding and output_padding as
 //   PyTorch allows, 1 <= P <= 8, any slope, C_out x the pooled output's D x H x W below 2^31, fewer
 //   than 2^31 tiles, and the weight block plus two input boxes fitting in the GPU's shared memory
-//   (232,448 bytes on an H100). The KernelBench configuration takes 226,816 bytes fp32-accurate (the
-//   weights twice, hi and lo) and 171,520 in TF32, with 512-position tiles. When the weights crowd out the boxes, the
-//   plan narrows the channel block (32 -> 16 -> 8 channels) or shrinks the tile (idle warps), whichever
-//   leaves a CTA more outputs per tile; a configuration that fits in neither way runs v2.
+//   (232,448 bytes on an H100). The KernelBench configuration takes 218,840 bytes fp32-accurate (the
+//   weights twice, hi and lo) and 162,048 in TF32, with 512-position tiles. When the weights crowd
+//   out the boxes, the plan narrows the channel block (32 -> 16 -> 8 channels) or shrinks the tile
+//   (idle warps), whichever leaves a CTA more outputs per tile; a configuration that fits in neither
+//   way runs v2.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_c_v3", cpp_sources="",
@@ -92,6 +101,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace model_c_v3 {
@@ -117,6 +127,24 @@ __host__ __device__ constexpr int weight_chunk_offset(int k, int n) {
     return ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4;
 }
 
+// Division by a divisor known on the host, for numerators below 2^31 (Granlund and Montgomery's
+// round-up method): n / d = (umulhi(n, mul) + n) >> shift with shift = ceil(log2 d) and
+// mul = floor(2^32 (2^shift - d) / d) + 1; three instructions instead of ~20.
+struct FastDiv {
+    uint32_t mul = 1, shift = 0;  // d = 1
+};
+
+inline FastDiv make_fast_div(uint32_t d) {
+    FastDiv f;
+    while ((uint64_t{1} << f.shift) < d) ++f.shift;
+    f.mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.shift) - d)) / d + 1);
+    return f;
+}
+
+__device__ __forceinline__ int fast_div(int n, FastDiv f) {
+    return static_cast<int>((__umulhi(static_cast<uint32_t>(n), f.mul) + static_cast<uint32_t>(n)) >> f.shift);
+}
+
 struct Params {
     const float* x;
     const float* weight;
@@ -131,6 +159,7 @@ struct Params {
     int tile[3];       // pooled positions per CTA tile per dimension (powers of two, product <= kRows)
     int tile_log2[3];  // log2 of tile[]
     int tiles[3];      // tiles per dimension
+    FastDiv tiles_div[3];  // division by tiles[]
     int c_min[3];      // lowest (r + padding - k) / stride over the window offsets r and taps k
     // Per dimension, the taps of window offset r are entries tap_start[d][r] .. tap_start[d][r + 1] - 1:
     // kernel index tap_k and box-relative input offset tap_c = (r + padding - k) / stride - c_min.
@@ -138,10 +167,13 @@ struct Params {
     int tap_k[3][kMaxPool * kMaxKernel];
     int tap_c[3][kMaxPool * kMaxKernel];
     int extent[3];     // input box extent per dimension
-    int ci_stride;     // floats between channel planes of the staged input box
+    FastDiv line_div, plane_div;  // division by extent[2] and extent[1] (box positions -> d, h, w)
+    int quad_stride;   // floats between the four t planes of a channel group in the staged box (= 8 mod 32)
+    int group_stride;  // floats between channel groups in the staged box (4 * quad_stride)
     int rows;          // tile[0] * tile[1] * tile[2]
     int windows;       // pool^3 window offsets
-    int tap_entries;   // taps over all window offsets (the length of the CTA's tap list)
+    int tap_entries;   // taps over all window offsets (x channel groups: the length of the CTA's tap list)
+    int empty_windows; // 1 when some window offsets have no taps (kernel < stride): y = bias there
     int num_tiles;     // N * tiles[0] * tiles[1] * tiles[2] (< 2^31, checked)
     float slope;
 };
@@ -210,45 +242,83 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 #define MODEL_C_WGMMA 1
 // Descriptor of a no-swizzle K-major operand at `smem`: start address, LBO = 128 B (the step between
 // the two k halves of a core-matrix pair), SBO = 256 B (the step between 8-channel n groups), all >> 4.
-__device__ __forceinline__ uint64_t weight_descriptor(const float* smem) {
+// The low word (address, LBO) is what varies: the tap list stores it, k steps add to it (the address
+// field never carries: shared memory ends below 2^18 bytes); the high word is the constant SBO.
+__device__ __forceinline__ uint32_t weight_descriptor_low(const float* smem) {
     const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    return static_cast<uint64_t>((a & 0x3ffff) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16) |
-           (static_cast<uint64_t>(256 >> 4) << 32);
+    return ((a & 0x3ffff) >> 4) | ((128 >> 4) << 16);
 }
+constexpr uint32_t kDescriptorHigh = 256 >> 4;
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// d = a * b + (accumulate ? d : 0) for the warpgroup's m64 x n(8 NT) x k8 tile.
-template <int NT>
-__device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
-    const int scale_d = accumulate ? 1 : 0;
-    if constexpr (NT == 1) {
+// d = a * b (ACCUMULATE false: d is only written, so it needs no value before) or d += a * b, for the
+// warpgroup's m64 x n(8 NT) x k8 tile; b by its descriptor's low word.
+template <int NT, bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a)[4], uint32_t b_desc_low) {
+    static_assert(NT == 1 || NT == 2 || NT == 4, "NT is 1, 2 or 4");
+    if constexpr (NT == 1 && ACCUMULATE) {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %8, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %9, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %10, 0;\nmov.b32 hi, %9;\n"
+            "mov.b64 desc, {%8, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, desc, p, 1, 1;\n}\n"
             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
-    } else if constexpr (NT == 2) {
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 1) {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %10, 0;\nmov.b32 hi, %9;\n"
+            "mov.b64 desc, {%8, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, desc, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 2 && ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %14, 0;\nmov.b32 hi, %13;\n"
+            "mov.b64 desc, {%12, hi};\n"
             "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, "
-            "%13, p, 1, 1;\n}\n"
+            "desc, p, 1, 1;\n}\n"
             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
               "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
-    } else {
-        static_assert(NT == 4, "NT is 1, 2 or 4");
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 2) {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %14, 0;\nmov.b32 hi, %13;\n"
+            "mov.b64 desc, {%12, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, "
+            "desc, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]),
+              "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 4 && ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %22, 0;\nmov.b32 hi, %21;\n"
+            "mov.b64 desc, {%20, hi};\n"
             "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %21, p, 1, 1;\n}\n"
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, p, 1, 1;\n}\n"
             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
               "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
               "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
               "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(b_desc));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 4) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %22, 0;\nmov.b32 hi, %21;\n"
+            "mov.b64 desc, {%20, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]),
+              "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]),
+              "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]),
+              "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
+              "n"(ACCUMULATE ? 1 : 0));
     }
 }
 #endif
@@ -263,36 +333,55 @@ struct TileOrigin {
 __device__ __forceinline__ TileOrigin locate_tile(const Params& p, int tile) {
     TileOrigin o;
     for (int d = 2; d >= 0; --d) {
-        o.p0[d] = static_cast<int>(tile % p.tiles[d]) * p.tile[d];
+        const int rest = fast_div(tile, p.tiles_div[d]);
+        o.p0[d] = (tile - rest * p.tiles[d]) * p.tile[d];
         o.lo[d] = o.p0[d] * (p.pool / p.stride[d]) + p.c_min[d];
-        tile /= p.tiles[d];
+        tile = rest;
     }
     o.n = tile;
     return o;
 }
 
-// Start copying a tile's input box [ci][extent] into `box` (cp.async, zero outside x). Threads take
-// the box's (d, h, w) positions in order (coalesced along w); each works out its position's source
-// and bounds once, then copies it for every input channel with two pointer steps per copy. The
-// padded channels' planes (ci >= C_in) are zeroed once per kernel, not here.
+// The staged input box, channels interleaved for wide A loads. Channels go in groups of 4 * LANES
+// (LANES = 4 when QUAD, else 2); channel c of group q sits in plane t = c % 4 at lane j = c / 4:
+//     box[q * group_stride + t * quad_stride + position * LANES + j]
+// so the thread with mma column t finds, at one position, the LANES channels t, t + 4, t + 8, ... it
+// needs as A for one (LANES 2) or two (LANES 4) k8 steps in one 8- or 16-byte load: k = c % 8 as in
+// the weight chunks, k step c / 8. quad_stride = 8 mod 32 floats makes those loads conflict-free
+// when a warp's rows are consecutive positions.
+template <bool QUAD>
+__host__ __device__ constexpr int box_lanes() { return QUAD ? 4 : 2; }
+
+// Start copying a tile's input box into `box` (cp.async, zero outside x). Threads take the box's
+// (d, h, w) positions in order (coalesced along w); each works out its position's source and bounds
+// once, then copies it for every input channel with two pointer steps per copy. The padded channels
+// (c >= C_in) are zeroed once per kernel, not here.
+template <bool QUAD>
 __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box) {
+    constexpr int kLanes = box_lanes<QUAD>(), kGroup = 4 * kLanes;
     const int64_t channel_stride = static_cast<int64_t>(p.in_size[0]) * p.in_size[1] * p.in_size[2];
     const float* x_n = p.x + static_cast<int64_t>(o.n) * p.in_channels * channel_stride;
     const int line = p.extent[2], positions = p.extent[0] * p.extent[1] * line;
     const uint32_t box_addr = static_cast<uint32_t>(__cvta_generic_to_shared(box));
+    const uint32_t quad_bytes = 4u * p.quad_stride, group_bytes = 4u * p.group_stride;
+    const int full_groups = p.in_channels / kGroup, rest = p.in_channels - full_groups * kGroup;
     for (int e = threadIdx.x; e < positions; e += kThreads) {
-        const int row = e / line, ew = e - row * line;
-        const int ed = row / p.extent[1], eh = row - ed * p.extent[1];
+        const int row = fast_div(e, p.line_div), ew = e - row * line;
+        const int ed = fast_div(row, p.plane_div), eh = row - ed * p.extent[1];
         const int id = o.lo[0] + ed, ih = o.lo[1] + eh, iw = o.lo[2] + ew;
         const bool ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.in_size[0]) &&
                         static_cast<unsigned>(ih) < static_cast<unsigned>(p.in_size[1]) &&
                         static_cast<unsigned>(iw) < static_cast<unsigned>(p.in_size[2]);
         const float* src = ok ? x_n + (static_cast<int64_t>(id) * p.in_size[1] + ih) * p.in_size[2] + iw : p.x;
         const int64_t src_step = ok ? channel_stride : 0;  // outside x: zero-fill, src never read
-        uint32_t dst = box_addr + 4u * e;
-#pragma unroll 4
-        for (int ci = 0; ci < p.in_channels; ++ci, src += src_step, dst += 4u * p.ci_stride)
-            cp_async_f32(dst, src, ok);
+        uint32_t dst = box_addr + 4u * kLanes * e;
+        for (int q = 0; q < full_groups; ++q, dst += group_bytes)
+#pragma unroll
+            for (int c = 0; c < kGroup; ++c, src += src_step)
+                cp_async_f32(dst + (c % 4) * quad_bytes + 4u * (c / 4), src, ok);
+#pragma unroll
+        for (int c = 0; c < kGroup; ++c, src += src_step)  // the last, partial group
+            if (c < rest) cp_async_f32(dst + (c % 4) * quad_bytes + 4u * (c / 4), src, ok);
     }
 }
 
@@ -303,76 +392,103 @@ __device__ __forceinline__ int tap_count(const Params& p, int r) {
            (p.tap_start[2][rw + 1] - p.tap_start[2][rw]);
 }
 
-// The CTA's tap list in shared memory, built once: window offset r owns entries list_start[r] ..
-// list_start[r + 1] - 1, each {offset of the tap's input in the box, offset of its weight rows in w_s}.
-template <int WEIGHT_FLOATS_PER_CI>
-__device__ void build_tap_list(const Params& p, int* list_start, int2* list) {
+// The CTA's tap list in shared memory, built once: one entry per (tap, channel group) of each window
+// offset, in order; window offset r owns entries list_start[r] .. list_start[r + 1] - 1. An entry is
+// {offset of the group's input in the box (floats), its weight chunks: the low word of their wgmma
+// descriptor, or (mma.sync) their offset in w_s}, so the GEMM loop is one flat loop over entries.
+template <int WEIGHT_FLOATS_PER_CI, int LANES>
+__device__ void build_tap_list(const Params& p, const float* w_s, int* list_start, int2* list) {
+    const int groups = p.ci_padded / (4 * LANES);
     for (int r = threadIdx.x; r < p.windows; r += kThreads) {
         int start = 0;
-        for (int q = 0; q < r; ++q) start += tap_count(p, q);
+        for (int q = 0; q < r; ++q) start += tap_count(p, q) * groups;
         list_start[r] = start;
-        if (r == p.windows - 1) list_start[p.windows] = start + tap_count(p, r);
+        if (r == p.windows - 1) list_start[p.windows] = start + tap_count(p, r) * groups;
         const int rd = r / (p.pool * p.pool), rh = (r / p.pool) % p.pool, rw = r % p.pool;
         for (int jd = p.tap_start[0][rd]; jd < p.tap_start[0][rd + 1]; ++jd)
             for (int jh = p.tap_start[1][rh]; jh < p.tap_start[1][rh + 1]; ++jh)
-                for (int jw = p.tap_start[2][rw]; jw < p.tap_start[2][rw + 1]; ++jw) {
-                    // input index = p * step + (r + padding - k) / stride: the box-relative part
-                    const int shift = (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
-                    const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
-                    list[start++] = make_int2(shift, tap * p.ci_padded * WEIGHT_FLOATS_PER_CI);
-                }
+                for (int jw = p.tap_start[2][rw]; jw < p.tap_start[2][rw + 1]; ++jw)
+                    for (int q = 0; q < groups; ++q) {
+                        // input index = p * step + (r + padding - k) / stride: the box-relative part
+                        const int shift =
+                            (p.tap_c[0][jd] * p.extent[1] + p.tap_c[1][jh]) * p.extent[2] + p.tap_c[2][jw];
+                        const int tap = (p.tap_k[0][jd] * p.kernel[1] + p.tap_k[1][jh]) * p.kernel[2] + p.tap_k[2][jw];
+                        const int weights = (tap * p.ci_padded + q * 4 * LANES) * WEIGHT_FLOATS_PER_CI;  // in w_s
+                        const int input = shift * LANES + q * p.group_stride;
+#if defined(MODEL_C_WGMMA)
+                        list[start++] = make_int2(input, static_cast<int>(weight_descriptor_low(w_s + weights)));
+#else
+                        list[start++] = make_int2(input, weights);
+#endif
+                    }
     }
 }
 
-// One window offset's implicit GEMM: acc += A B over its `count` taps (entries: {input offset in the
-// box, weight offset in w_s}) and all input channels. box_t = the input box + t * ci_stride (+ the
-// warp's first row offset when LINE). A fragments: rows g, g + 8 of m-tile mt at k = t, t + 4, read
-// at the thread's row offsets; LINE: the warp's 32 rows are 32 consecutive box positions (tile W 32,
-// unit step along W), so the offsets are the constants 0, 8, 16, 24 and each load takes an immediate.
-template <int NT, bool SPLIT3, bool LINE>
-__device__ __forceinline__ void window_gemm(float (&acc)[2][NT][4], const int2* entries, int count, const float* box_t,
-                                            const int (&row_base)[4], const float* w_s, int ci_padded, int ci_stride,
-                                            int g, int t) {
+// One channel group of one tap: the A elements of its one (LANES 2) or two (LANES 4) k8 steps, one 8-
+// or 16-byte load per row, rounded (TF32) or split (3xTF32), then their products. `b` locates the
+// group's weight chunks: on wgmma the low word of their descriptor, on mma.sync their offset in w_s.
+// FIRST: the window's first group, whose first k step starts acc (no zeroing pass, no add).
+template <int NT, bool SPLIT3, bool QUAD, bool FIRST>
+__device__ __forceinline__ void group_mma(float (&acc)[2][NT][4], const float* xa, const int (&rows)[4], uint32_t b,
+                                          const float* w_s, int g, int t) {
+    constexpr int kLanes = box_lanes<QUAD>(), kSteps = kLanes / 2;
     constexpr int kChunk = weight_chunk_floats<NT, SPLIT3>();
-    int rows[4];
+    using Lanes = typename std::conditional<QUAD, float4, float2>::type;
+    // v[i][j]: row i's channel t + 4 j of the group; k step s takes lanes 2 s (k = t) and 2 s + 1 (k = t + 4).
+    float v[4][kLanes];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = LINE ? 8 * i : row_base[i];
-    for (int e = 0; e < count; ++e) {
-        const int2 entry = entries[e];
-        const float* xa = box_t + entry.x;
-#if defined(MODEL_C_WGMMA)
-        uint64_t b_desc = weight_descriptor(w_s + entry.y);
-#else
-        const float* wb = w_s + entry.y + 4 * g + t;
-#endif
-        for (int ci0 = 0; ci0 < ci_padded; ci0 += 8) {
-            // A fragments of the warp's two m16 tiles: rows g, g + 8 at k = t, t + 4.
-            uint32_t a_hi[2][4], a_lo[2][4];
+    for (int i = 0; i < 4; ++i) {
+        const Lanes l = *reinterpret_cast<const Lanes*>(xa + rows[i]);
+        v[i][0] = l.x;
+        v[i][1] = l.y;
+        if constexpr (QUAD) {
+            v[i][2] = l.z;
+            v[i][3] = l.w;
+        }
+    }
+    // A fragments of the warp's two m16 tiles per k step: rows g, g + 8 at k = t, t + 4.
+    uint32_t a_hi[kSteps][2][4], a_lo[kSteps][2][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                const float v[4] = {xa[rows[2 * mt]], xa[rows[2 * mt + 1]], xa[rows[2 * mt] + 4 * ci_stride],
-                                    xa[rows[2 * mt + 1] + 4 * ci_stride]};
+    for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    if (SPLIT3) split_tf32(v[j], a_hi[mt][j], a_lo[mt][j]);
-                    else a_hi[mt][j] = round_tf32_bits(v[j]);
-                }
+        for (int mt = 0; mt < 2; ++mt) {
+            const float f[4] = {v[2 * mt][2 * s], v[2 * mt + 1][2 * s], v[2 * mt][2 * s + 1], v[2 * mt + 1][2 * s + 1]};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (SPLIT3) split_tf32(f[j], a_hi[s][mt][j], a_lo[s][mt][j]);
+                else a_hi[s][mt][j] = round_tf32_bits(f[j]);
             }
+        }
 #if defined(MODEL_C_WGMMA)
-            // Warpgroup m64 block mt = m-tile mt of its four warps.
+    // Warpgroup m64 block mt = m-tile mt of its four warps. No branch may separate a wgmma from its
+    // wait (ptxas would serialize them all, C7520): FIRST and s are compile-time.
+    constexpr uint32_t kStepDesc = kChunk * sizeof(float) >> 4;   // the next k step's chunk
+    constexpr uint32_t kLoDesc = 64 * NT * sizeof(float) >> 4;    // B's low part after its high part
+    if constexpr (SPLIT3) {
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+            const uint32_t hi = b + s * kStepDesc, lo = hi + kLoDesc;
+            // Small terms first, into a fresh partial sum that joins the accumulator through an IEEE
+            // (round-to-nearest) add: the tensor core truncates when it adds products to a large
+            // running sum, and that bias, repeated over the K loop, costs ~4x fp32's error. The
+            // window's first k step is a partial sum of its own: it goes to acc directly.
             wgmma_fence();
-            if (SPLIT3) {
-                // Small terms first, into a fresh partial sum (scale-d = 0) that joins the
-                // accumulator through an IEEE (round-to-nearest) add: the tensor core
-                // truncates when it adds products to a large running sum, and that bias,
-                // repeated over the K loop, costs ~4x fp32's error.
-                float part[2][NT][4];
-                const uint64_t lo_desc = b_desc + (64 * NT * sizeof(float) >> 4);
+            if (FIRST && s == 0) {
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
-                    wgmma_tf32<NT>(part[mt], a_lo[mt], b_desc, false);
-                    wgmma_tf32<NT>(part[mt], a_hi[mt], lo_desc, true);
-                    wgmma_tf32<NT>(part[mt], a_hi[mt], b_desc, true);
+                    wgmma_tf32<NT, false>(acc[mt], a_lo[s][mt], hi);
+                    wgmma_tf32<NT, true>(acc[mt], a_hi[s][mt], lo);
+                    wgmma_tf32<NT, true>(acc[mt], a_hi[s][mt], hi);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+            } else {
+                float part[2][NT][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    wgmma_tf32<NT, false>(part[mt], a_lo[s][mt], hi);
+                    wgmma_tf32<NT, true>(part[mt], a_hi[s][mt], lo);
+                    wgmma_tf32<NT, true>(part[mt], a_hi[s][mt], hi);
                 }
                 wgmma_commit();
                 wgmma_wait<0>();
@@ -382,52 +498,126 @@ __device__ __forceinline__ void window_gemm(float (&acc)[2][NT][4], const int2* 
                     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                         for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[mt][nt][j];
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) wgmma_tf32<NT>(acc[mt], a_hi[mt], b_desc, true);
-                wgmma_commit();
-                wgmma_wait<0>();
             }
-            b_desc += kChunk * sizeof(float) >> 4;
+        }
+    } else {
+        // All k steps of the group in one commit: the tensor core orders the products into acc.
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                if (FIRST && s == 0) wgmma_tf32<NT, false>(acc[mt], a_hi[s][mt], b + s * kStepDesc);
+                else wgmma_tf32<NT, true>(acc[mt], a_hi[s][mt], b + s * kStepDesc);
+            }
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
 #else
+    if (FIRST) {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const uint32_t b0_hi = __float_as_uint(wb[nt * 64]), b1_hi = __float_as_uint(wb[nt * 64 + 32]);
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    if (SPLIT3) {
-                        // Small terms first, into a fresh partial sum (see the wgmma branch).
-                        const uint32_t b0_lo = __float_as_uint(wb[64 * NT + nt * 64]),
-                                       b1_lo = __float_as_uint(wb[64 * NT + nt * 64 + 32]);
-                        float part[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma_tf32(part, a_lo[mt], b0_hi, b1_hi);
-                        mma_tf32(part, a_hi[mt], b0_lo, b1_lo);
-                        mma_tf32(part, a_hi[mt], b0_hi, b1_hi);
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[j];
-                    } else {
-                        mma_tf32(acc[mt][nt], a_hi[mt], b0_hi, b1_hi);
-                    }
+                for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    }
+    const float* wb = w_s + b + 4 * g + t;  // B fragments: lane (g, t) reads n = g, k = t and t + 4
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s, wb += kChunk)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t b0_hi = __float_as_uint(wb[nt * 64]), b1_hi = __float_as_uint(wb[nt * 64 + 32]);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                if (SPLIT3) {
+                    // Small terms first, into a fresh partial sum (see the wgmma branch).
+                    const uint32_t b0_lo = __float_as_uint(wb[64 * NT + nt * 64]),
+                                   b1_lo = __float_as_uint(wb[64 * NT + nt * 64 + 32]);
+                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+                    mma_tf32(part, a_lo[s][mt], b0_hi, b1_hi);
+                    mma_tf32(part, a_hi[s][mt], b0_lo, b1_lo);
+                    mma_tf32(part, a_hi[s][mt], b0_hi, b1_hi);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[mt][nt][j] += part[j];
+                } else {
+                    mma_tf32(acc[mt][nt], a_hi[s][mt], b0_hi, b1_hi);
                 }
             }
-            wb += kChunk;
-#endif
-            xa += 8 * ci_stride;
         }
+#endif
+}
+
+// One window offset's implicit GEMM: acc = A B over its `count` >= 1 (tap, channel group) entries (see
+// build_tap_list), written from scratch. box_t = the input box + t * quad_stride (+ the warp's first
+// row offset when LINE). LINE: the warp's 32 rows are 32 consecutive box positions (tile W 32, unit
+// step along W), so the row offsets are constants and each load takes an immediate.
+template <int NT, bool SPLIT3, bool QUAD, bool LINE>
+__device__ __forceinline__ void window_gemm(float (&acc)[2][NT][4], const int2* entries, int count, const float* box_t,
+                                            const int (&row_base)[4], const float* w_s, int g, int t) {
+    constexpr int kLanes = box_lanes<QUAD>();
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows[i] = LINE ? 8 * kLanes * i : row_base[i];
+    const int2 first = entries[0];
+    group_mma<NT, SPLIT3, QUAD, true>(acc, box_t + first.x, rows, static_cast<uint32_t>(first.y), w_s, g, t);
+    for (int e = 1; e < count; ++e) {
+        const int2 entry = entries[e];
+        group_mma<NT, SPLIT3, QUAD, false>(acc, box_t + entry.x, rows, static_cast<uint32_t>(entry.y), w_s, g, t);
     }
+}
+
+// The tile's outputs, stored. POOL_FIRST: best holds max sign(m) y - bias and f is applied here, as
+// f(u) = u * (u >= 0 ? c_pos : c_neg) with u = sign(m) best + bias, c_pos = m (m >= 0) or slope m, c_neg =
+// slope^2 m (m >= 0) or slope m: leaky(m leaky(u)) for slope >= 0 with the cases worked out per channel
+// (f_s holds {sign(m), bias, c_pos, c_neg}). Else best already holds max f(y). This thread's rows
+// i = 0..3 are accumulator rows g, g + 8 of m-tiles 0 and 1, best[i / 2][nt][2 (i % 2) + c], and its
+// channels 2 t + c of each n8 tile nt. LINE_OUT: the rows lie on one W line 8 apart (tile W 32), so one
+// pointer per channel and immediate offsets; else one 32-bit offset per row.
+template <int NT, bool LINE_OUT, bool POOL_FIRST>
+__device__ __forceinline__ void store_tile(const Params& p, const float (&best)[2][NT][4], float* out_tile,
+                                           const uint32_t (&in_plane)[4], const bool (&row_ok)[4], const float4* f_s,
+                                           int co0, int t, int plane) {
+    float* base = out_tile + static_cast<int64_t>(2 * t) * plane + (LINE_OUT ? in_plane[0] : 0u);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int n_local = nt * 8 + 2 * t + c;
+            if (co0 + n_local >= p.out_channels) continue;
+            const float4 k = f_s[n_local];
+            float* dst = base + static_cast<int64_t>(nt * 8 + c) * plane;
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                v[i] = best[i / 2][nt][2 * (i % 2) + c];
+                if (POOL_FIRST) {
+                    const float u = fmaf(k.x, v[i], k.y);
+                    v[i] = u * (u >= 0.f ? k.z : k.w);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (row_ok[i]) {
+                    if (LINE_OUT) dst[8 * i] = v[i];
+                    else dst[in_plane[i]] = v[i];
+                }
+        }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
 // Dynamic shared memory: the weight block [taps][ci_padded / 8] chunks (weight_chunk_floats each), two
-// input boxes [ci_padded][ci_stride] (the next tile's is copied in while this one's is used), the
+// input boxes [ci_padded / (4 LANES)][4][quad_stride] (stage_input_box; the next tile's is copied in
+// while this one's is used), the
 // block's bias and multiplier, then the tap list (starts, padded to an even count, and int2 entries).
 // Built for sm_90a, the products run on wgmma; otherwise on mma.sync (same operands and layouts).
 // ---------------------------------------------------------------------------------------------
-template <int NT, bool SPLIT3>
+template <int NT, bool SPLIT3, bool QUAD>
 __global__ void __launch_bounds__(kThreads, 1)
 convtranspose_leaky_pool_kernel(const Params p) {
     constexpr int kChannels = 8 * NT;
+    constexpr int kLanes = box_lanes<QUAD>();
     constexpr int kChunk = weight_chunk_floats<NT, SPLIT3>();
     extern __shared__ __align__(128) float smem[];
     float* w_s = smem;
@@ -439,7 +629,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     // Start copying the first tile's input box, then stage the weight block (once) while it flies.
     int tile = blockIdx.x;
-    if (tile < p.num_tiles) stage_input_box(p, locate_tile(p, tile), x_s);
+    if (tile < p.num_tiles) stage_input_box<QUAD>(p, locate_tile(p, tile), x_s);
     cp_async_commit();
 
     // B(k = ci, n) of tap `tap` = sign(m[co0 + n]) * weight[ci][co0 + n][tap], in chunk (tap, ci / 8).
@@ -469,23 +659,34 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative
     // slope, each time a window offset is pooled.
-    const size_t box_floats = static_cast<size_t>(p.ci_padded) * p.ci_stride;
-    // The padded channels' planes of both boxes stay zero for the whole kernel (the staging never
-    // writes them): zero them once.
-    for (size_t e = static_cast<size_t>(p.in_channels) * p.ci_stride + threadIdx.x; e < box_floats; e += kThreads) {
-        x_s[e] = 0.f;
-        x_s[box_floats + e] = 0.f;
+    const int groups = p.ci_padded / (4 * kLanes);
+    const int box_floats = groups * p.group_stride;
+    // The padded channels (c >= C_in) of both boxes stay zero for the whole kernel (the staging never
+    // writes them): zero them once. They sit in the last channel group.
+    if (p.in_channels < p.ci_padded) {
+        for (int e = (groups - 1) * p.group_stride + threadIdx.x; e < box_floats; e += kThreads) {
+            const int rest = e - (groups - 1) * p.group_stride, plane = rest / p.quad_stride;
+            const int c = (groups - 1) * 4 * kLanes + 4 * ((rest - plane * p.quad_stride) % kLanes) + plane;
+            if (c >= p.in_channels) {
+                x_s[e] = 0.f;
+                x_s[box_floats + e] = 0.f;
+            }
+        }
     }
     float* bias_s = x_s + 2 * box_floats;
     float* mult_s = bias_s + kChannels;
+    float4* f_s = reinterpret_cast<float4*>(mult_s + kChannels);  // 16-byte aligned: box_floats = 0 mod 32
     for (int n = threadIdx.x; n < kChannels; n += kThreads) {
         const bool ok = co0 + n < p.out_channels;
         bias_s[n] = ok ? __ldg(p.bias + co0 + n) : 0.f;
         mult_s[n] = ok ? __ldg(p.multiplier + co0 + n) : 0.f;
+        // The epilogue's per-channel constants (store_tile): {sign(m), bias, c_pos, c_neg}.
+        const float m = mult_s[n], b = bias_s[n], s = p.slope;
+        f_s[n] = make_float4(m >= 0.f ? 1.f : -1.f, b, m >= 0.f ? m : s * m, m >= 0.f ? s * s * m : s * m);
     }
-    int* list_start = reinterpret_cast<int*>(mult_s + kChannels);
+    int* list_start = reinterpret_cast<int*>(f_s + kChannels);
     int2* list = reinterpret_cast<int2*>(list_start + ((p.windows + 2) & ~1));
-    build_tap_list<kChunk / 8>(p, list_start, list);  // visible after the loop's first barrier
+    build_tap_list<kChunk / 8, kLanes>(p, w_s, list_start, list);  // visible after the loop's first barrier
     const bool pool_first = p.slope >= 0.f;  // the monotone rewrite (uniform across the grid)
 
     const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
@@ -493,7 +694,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     for (int buf = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
         const int next = tile + static_cast<int>(gridDim.x);
-        if (next < p.num_tiles) stage_input_box(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
+        if (next < p.num_tiles) stage_input_box<QUAD>(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies for `tile` have landed ...
         __syncthreads();     // ... and everyone's (the first pass: the weights too)
@@ -503,40 +704,45 @@ convtranspose_leaky_pool_kernel(const Params p) {
         // the tile in a busy warpgroup compute on box position 0 and are not stored.
         if ((warp / 4) * 4 * kRowsPerWarp < p.rows) {
             // This thread's four rows (pooled positions): g, g + 8, g + 16, g + 24 of the warp's 32.
-            int row_base[4];  // offset of the row's (p * step) in the input box
+            int row_base[4];  // offset of the row's (p * step) in the input box (floats)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = warp * kRowsPerWarp + g + 8 * i;
                 const int rw = r & (p.tile[2] - 1), rh = (r >> p.tile_log2[2]) & (p.tile[1] - 1),
                       rd = r >> (p.tile_log2[2] + p.tile_log2[1]);
-                row_base[i] = r < p.rows ? (rd * step_d * p.extent[1] + rh * step_h) * p.extent[2] + rw * step_w : 0;
+                row_base[i] =
+                    r < p.rows ? kLanes * ((rd * step_d * p.extent[1] + rh * step_h) * p.extent[2] + rw * step_w) : 0;
             }
 
+            // The pool's start: -inf, or, when some window offsets have no taps (kernel < stride), what
+            // they contribute: y = bias, i.e. acc = 0 (pool-first) or f(bias).
             float best[2][NT][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
+                for (int c = 0; c < 2; ++c) {
+                    const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+                    const float start = !p.empty_windows ? -INFINITY
+                                        : pool_first      ? 0.f
+                                                          : leaky(m * leaky(b, p.slope), p.slope);
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) best[mt][nt][j] = -INFINITY;
+                    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) best[mt][nt][2 * h + c] = start;
+                }
 
-            // One implicit GEMM per window offset (= stride phase), pooled into `best` as it finishes.
+            // One implicit GEMM per window offset (= stride phase) with taps, pooled into `best` as it
+            // finishes.
             for (int r = 0; r < p.windows; ++r) {
-                float acc[2][NT][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
-
+                const int first = list_start[r], count = list_start[r + 1] - first;
+                if (count == 0) continue;  // in best's start
+                float acc[2][NT][4];       // written by window_gemm
+                const float* box_t = box + t * p.quad_stride;
                 if (line_rows)
-                    window_gemm<NT, SPLIT3, true>(acc, list + list_start[r], list_start[r + 1] - list_start[r],
-                                                  box + t * p.ci_stride + row_base[0], row_base, w_s, p.ci_padded,
-                                                  p.ci_stride, g, t);
+                    window_gemm<NT, SPLIT3, QUAD, true>(acc, list + first, count, box_t + row_base[0], row_base, w_s, g,
+                                                        t);
                 else
-                    window_gemm<NT, SPLIT3, false>(acc, list + list_start[r], list_start[r + 1] - list_start[r],
-                                                   box + t * p.ci_stride, row_base, w_s, p.ci_padded, p.ci_stride, g, t);
+                    window_gemm<NT, SPLIT3, QUAD, false>(acc, list + first, count, box_t, row_base, w_s, g, t);
 
                 // Pool this window offset into `best`. The staged weights carry sign(m), so acc holds
                 // sign(m) * y (bias excluded) and the sign-selected pool is a plain max.
@@ -565,37 +771,30 @@ convtranspose_leaky_pool_kernel(const Params p) {
                 }
             }
 
-            // f once (pool-first) and store. This thread's rows i = 0..3 are accumulator rows g, g + 8 of
-            // m-tile 0 and of m-tile 1: best[i / 2][nt][2 * (i % 2) + c]. Per row, its offset in an output
-            // channel plane (-1 outside); per channel, one base pointer; per output, f and one store.
-            // 32-bit offsets: the plan keeps C_out x plane below 2^31.
+            // f once (pool-first) and store. Per row, its offset in an output channel plane (32-bit: the
+            // plan keeps C_out x plane below 2^31) and whether it is inside the output.
             const int plane = p.pooled[0] * p.pooled[1] * p.pooled[2];
-            int in_plane[4];
+            uint32_t in_plane[4];
+            bool row_ok[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = warp * kRowsPerWarp + g + 8 * i;
                 const int pw = o.p0[2] + (r & (p.tile[2] - 1)),
                           ph = o.p0[1] + ((r >> p.tile_log2[2]) & (p.tile[1] - 1)),
                           pd = o.p0[0] + (r >> (p.tile_log2[2] + p.tile_log2[1]));
-                const bool ok = r < p.rows && pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
-                in_plane[i] = ok ? (pd * p.pooled[1] + ph) * p.pooled[2] + pw : -1;
+                row_ok[i] = r < p.rows && pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
+                in_plane[i] = (static_cast<uint32_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw;
             }
             float* out_tile = p.out + (static_cast<int64_t>(o.n) * p.out_channels + co0) * plane;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int n_local = nt * 8 + 2 * t + c;
-                    if (co0 + n_local >= p.out_channels) continue;
-                    const float m = mult_s[n_local], b = bias_s[n_local], sign = m >= 0.f ? 1.f : -1.f;
-                    float* dst = out_tile + n_local * plane;
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float q = best[i / 2][nt][2 * (i % 2) + c];
-                        const float v = pool_first ? leaky(m * leaky(fmaf(sign, q, b), p.slope), p.slope) : q;
-                        if (in_plane[i] >= 0) dst[in_plane[i]] = v;
-                    }
-                }
+            const bool line_out = p.tile[2] == kRowsPerWarp;
+            if (line_out && pool_first)
+                store_tile<NT, true, true>(p, best, out_tile, in_plane, row_ok, f_s, co0, t, plane);
+            else if (line_out)
+                store_tile<NT, true, false>(p, best, out_tile, in_plane, row_ok, f_s, co0, t, plane);
+            else if (pool_first)
+                store_tile<NT, false, true>(p, best, out_tile, in_plane, row_ok, f_s, co0, t, plane);
+            else
+                store_tile<NT, false, false>(p, best, out_tile, in_plane, row_ok, f_s, co0, t, plane);
         }
         __syncthreads();  // every read of this box is done before the next iteration refills it
     }
@@ -659,6 +858,7 @@ int blocks_per_sm(Kernel kernel, size_t smem_bytes, int device) {
 struct Plan {
     Params params{};
     int nt = 4;
+    bool quad = false;  // the box in groups of 16 channels (one 16-byte A load per two k8 steps), else 8
     size_t smem_bytes = 0;
     int64_t num_tiles = 0;  // params.num_tiles before the 2^31 check
     std::string problem;  // empty when the fused path applies
@@ -733,7 +933,15 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         return fail("channels_per_block must be 0 (automatic), 8, 16 or 32, got " + std::to_string(channels_per_block));
     p.windows = p.pool * p.pool * p.pool;
     p.tap_entries = p.tap_start[0][p.pool] * p.tap_start[1][p.pool] * p.tap_start[2][p.pool];
+    p.empty_windows = 0;
+    for (int d = 0; d < 3; ++d)
+        for (int r = 0; r < p.pool; ++r)
+            if (p.tap_start[d][r + 1] == p.tap_start[d][r]) p.empty_windows = 1;
     const size_t smem_limit = static_cast<size_t>(device_limits(device).smem_optin);
+    // 16-channel groups when C_in pads to them and the mode loads two k steps at once (TF32; the
+    // fp32-accurate mode has no registers to spare for a second step's hi and lo parts).
+    plan.quad = allow_tf32 && p.ci_padded % 16 == 0;
+    const int lanes = plan.quad ? 4 : 2;
 
     // Tile for a channel block of 8 * nt: 32 positions along W (or the output's next power of two), then
     // the (TD, TH) split of the remaining rows that stages the fewest inputs plus computes the fewest rows
@@ -768,14 +976,21 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
                 q.tiles[d] = (q.pooled[d] + q.tile[d] - 1) / q.tile[d];
                 num_tiles *= q.tiles[d];
                 q.extent[d] = extent_of(d, q.tile[d]);
+                q.tiles_div[d] = make_fast_div(static_cast<uint32_t>(q.tiles[d]));
             }
+            q.line_div = make_fast_div(static_cast<uint32_t>(q.extent[2]));
+            q.plane_div = make_fast_div(static_cast<uint32_t>(q.extent[1]));
             cand.num_tiles = num_tiles;
             q.num_tiles = static_cast<int>(std::min<int64_t>(num_tiles, INT32_MAX));
             const int64_t box = static_cast<int64_t>(q.extent[0]) * q.extent[1] * q.extent[2];
-            q.ci_stride = static_cast<int>(((box + 23) / 32) * 32 + 8);  // = 8 mod 32: conflict-free A fragments
-            cand.smem_bytes = sizeof(float) * (weight_floats + 2 * static_cast<size_t>(q.ci_padded) * q.ci_stride +
-                                               2 * 8 * nt) +
-                              sizeof(int) * ((q.windows + 2) & ~1) + sizeof(int2) * static_cast<size_t>(q.tap_entries);
+            // Box layout (stage_input_box): channel groups of 4 * lanes, each four t planes of quad_stride
+            // floats, = 8 mod 32 for conflict-free A loads.
+            q.quad_stride = static_cast<int>(((box * lanes + 23) / 32) * 32 + 8);
+            q.group_stride = 4 * q.quad_stride;
+            const size_t box_floats = static_cast<size_t>(q.ci_padded / (4 * lanes)) * q.group_stride;
+            cand.smem_bytes = sizeof(float) * (weight_floats + 2 * box_floats + 6 * 8 * nt) +
+                              sizeof(int) * ((q.windows + 2) & ~1) +
+                              sizeof(int2) * static_cast<size_t>(q.tap_entries) * (q.ci_padded / (4 * lanes));
             if (cand.smem_bytes <= smem_limit) return true;
         }
         return false;
@@ -830,8 +1045,9 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
 
 template <int NT>
 void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
-    const auto kernel = allow_tf32 ? convtranspose_leaky_pool_kernel<NT, false>
-                                   : convtranspose_leaky_pool_kernel<NT, true>;
+    const auto kernel = !allow_tf32  ? convtranspose_leaky_pool_kernel<NT, true, false>
+                        : plan.quad ? convtranspose_leaky_pool_kernel<NT, false, true>
+                                    : convtranspose_leaky_pool_kernel<NT, false, false>;
     const int64_t channel_blocks = (plan.params.out_channels + 8 * NT - 1) / (8 * NT);
     const int64_t resident = static_cast<int64_t>(blocks_per_sm(kernel, plan.smem_bytes, device)) *
                              device_limits(device).sms;
