@@ -40,6 +40,9 @@ def test_tf32_mode_parity():
     ([4, 6, 3, 2, 1, 1, (6, 1, 1, 1)], (2, 4, 7, 9, 8), 2, -0.3),      # negative slope: no pool-first
     ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (1, 16, 1, 1, 1), 2, 0.2),   # 1x1x1 input, batch 1
     ([32, 24, 3, 2, 1, 1, (24, 1, 1, 1)], (2, 32, 5, 8, 12), 2, 0.2),  # C_in 32: smaller tiles to fit
+    ([30, 20, 3, 2, 1, 1, (20, 1, 1, 1)], (2, 30, 4, 6, 40), 2, 0.2),  # C_in 30: a partial channel group
+    ([16, 12, 1, 2, 0, 1, (12, 1, 1, 1)], (2, 16, 5, 7, 9), 2, -0.2),  # kernel < stride: offsets with no
+    ([16, 12, 1, 2, 0, 1, (12, 1, 1, 1)], (1, 16, 3, 4, 5), 2, 0.2),   # tap (y = bias), either slope sign
 ])
 def test_v3_envelope_cases(init, shape, pool, slope):
     model = C.Model(*init).cuda()
@@ -114,7 +117,8 @@ def _random_config(rng: random.Random):
     k, s = rng.randint(1, 5), rng.randint(1, 3)
     p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
     c_out = rng.randint(1, 24)
-    init = [rng.randint(1, 12), c_out, k, s, p, op, (c_out, 1, 1, 1)]
+    c_in = rng.randint(1, 12) if rng.random() < 0.6 else rng.randint(13, 40)  # 16-channel groups, partial ones
+    init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
     def out_size(n):
         return (n - 1) * s - 2 * p + k + op
     # sizes whose conv output holds at least one 2 x 2 x 2 window (the reference raises otherwise)
@@ -126,7 +130,9 @@ def _random_config(rng: random.Random):
 def test_random_configurations_parity(index):
     init, shape = _random_config(random.Random(3000 + index))
     model, fused = _models(init)
-    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,))
+    fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()  # its own box layout (16-channel groups)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                         tf32={"v3 tf32"})
 
 
 @pytest.mark.parametrize("slope, pool", [(0.0, 2), (0.01, 3), (1.0, 2), (-0.3, 2)])
