@@ -56,7 +56,7 @@
 //   ~60 bytes on sm_90a.
 //
 // Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
-//   0.12 ms fp32-accurate and 0.068 ms TF32, 6.5x and 11.5x torch.compile, still above the floors
+//   0.12 ms fp32-accurate and 0.068 ms TF32, 6.6x and 11.6x torch.compile, still above the floors
 //   (0.054 ms for 3xTF32 products at the TF32 rate). results/model_c/NOTES.md has the thirteen measured
 //   steps, the dropped ones (among them A straight from shared memory on wgmma: slower) and what
 //   should come next.
