@@ -567,7 +567,7 @@ __device__ __forceinline__ void window_gemm(float (&acc)[2][NT][4], const int2* 
     }
 }
 
-// The tile's outputs, stored. POOL_FIRST: best holds max sign(m) y - bias and f is applied here, as
+// The tile's outputs, stored. POOL_FIRST: best holds the max of sign(m) (y - bias); f is applied here as
 // f(u) = u * (u >= 0 ? c_pos : c_neg) with u = sign(m) best + bias, c_pos = m (m >= 0) or slope m, c_neg =
 // slope^2 m (m >= 0) or slope m: leaky(m leaky(u)) for slope >= 0 with the cases worked out per channel
 // (f_s holds {sign(m), bias, c_pos, c_neg}). Else best already holds max f(y). This thread's rows
