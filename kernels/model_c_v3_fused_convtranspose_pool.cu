@@ -30,7 +30,10 @@
 //   ("3xTF32": about fp32's accuracy at 3x TF32's cost), each k8 step's three products into a fresh
 //   partial sum that joins the accumulator through an fp32 add (the tensor core truncates when it adds
 //   to a large running sum). The TF32 mode (allow_tf32) does a_hi*b_hi only, like cuDNN with
-//   allow_tf32 (10-bit mantissas, relative error ~1e-4).
+//   allow_tf32 (10-bit mantissas, relative error ~1e-4). In the TF32 mode on sm_90a, when the pool
+//   equals the stride along W, the box holds 16-channel groups and pooled H and W are at least 8, a
+//   second kernel (convtranspose_leaky_pool_ss_kernel) reads A from shared memory as well: the staged
+//   box, rounded to TF32 in place, is wgmma's A operand as it stands (see the kernel's comment).
 //
 // Tiling
 //   One CTA = 16 warps = up to 512 pooled positions (a TD x TH x TW box of one sample, picked on the
@@ -53,13 +56,15 @@
 //   loads and output stores take immediate offsets (window_gemm<LINE>, store_tile<LINE_OUT>). The
 //   epilogue applies f as u * (u >= 0 ? c_pos : c_neg) with two per-channel constants.
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
-//   ~60 bytes on sm_90a.
+//   ~60 bytes on sm_90a. That kernel keeps its set-up and pooling code inline: written as the helpers the
+//   A-from-shared-memory kernel calls (stage_weights, pool_window, ...), ptxas allocated its registers
+//   differently and it spilled 90-108 bytes, 2.7 % slower.
 //
 // Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
-//   0.12 ms fp32-accurate and 0.068 ms TF32, 6.6x and 11.6x torch.compile, still above the floors
-//   (0.054 ms for 3xTF32 products at the TF32 rate). results/model_c/NOTES.md has the thirteen measured
-//   steps, the dropped ones, and what should come next: a TF32 prototype that reads A from shared
-//   memory in 8 x 8 position patches and waits once per window offset ran 7 % faster.
+//   0.12 ms fp32-accurate and 0.061 ms TF32, 6.5x and 13x torch.compile, still above the floors
+//   (0.054 ms for 3xTF32 products at the TF32 rate). The TF32 kernel is now bound by shared-memory
+//   bandwidth (Nsight Compute: L1/shared 82 % busy; each m64n32k8 wgmma reads 3 KB of operands).
+//   results/model_c/NOTES.md has the fifteen measured steps, the dropped ones and what should come next.
 
 // Shapes and layouts
 //   x          : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
@@ -89,7 +94,12 @@
 //   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
 //                          allow_tf32=False) -> "" when the fused path applies, else the reason
 //   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out,
-//               channels_per_block=0) -> out      (channels per CTA: 8, 16, 32, or 0 to pick from C_out)
+//               channels_per_block=0, smem_a=True) -> out
+//       (channels per CTA: 8, 16, 32, or 0 to pick from C_out; smem_a=False keeps the TF32 mode on the
+//       kernel that loads A into registers, for comparison)
+//   ext.describe_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
+//                     allow_tf32=False, channels_per_block=0, smem_a=True)
+//       -> {'problem', 'wgmma', 'kernel', 'tile', 'channels_per_block', 'channel_group', 'smem_bytes', 'tiles'}
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -321,7 +331,83 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a
               "n"(ACCUMULATE ? 1 : 0));
     }
 }
+
+// The same product with A from shared memory too (the TF32 path that reads the input box in place,
+// convtranspose_leaky_pool_ss_kernel): A by a no-swizzle K-major descriptor, {a_desc_low, a_desc_high}.
+// Only the descriptors' low words vary per instruction; a_desc_high (SBO) is uniform over the CTA.
+template <int NT, bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[NT][4], uint32_t a_desc_low, uint32_t a_desc_high,
+                                              uint32_t b_desc_low) {
+    static_assert(NT == 1 || NT == 2 || NT == 4, "NT is 1, 2 or 4");
+    if constexpr (NT == 1 && ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %8, 0;\nmov.b32 hi, %7;\n"
+            "mov.b64 ad, {%4, %5};\nmov.b64 bd, {%6, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, ad, bd, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 1) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %8, 0;\nmov.b32 hi, %7;\n"
+            "mov.b64 ad, {%4, %5};\nmov.b64 bd, {%6, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, ad, bd, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 2 && ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %12, 0;\nmov.b32 hi, %11;\n"
+            "mov.b64 ad, {%8, %9};\nmov.b64 bd, {%10, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, ad, bd, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 2) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %12, 0;\nmov.b32 hi, %11;\n"
+            "mov.b64 ad, {%8, %9};\nmov.b64 bd, {%10, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, ad, bd, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]),
+              "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 4 && ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %20, 0;\nmov.b32 hi, %19;\n"
+            "mov.b64 ad, {%16, %17};\nmov.b64 bd, {%18, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, ad, bd, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else if constexpr (NT == 4) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %20, 0;\nmov.b32 hi, %19;\n"
+            "mov.b64 ad, {%16, %17};\nmov.b64 bd, {%18, hi};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, ad, bd, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]),
+              "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]),
+              "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]),
+              "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3])
+            : "r"(a_desc_low), "r"(a_desc_high), "r"(b_desc_low), "n"(kDescriptorHigh), "n"(ACCUMULATE ? 1 : 0));
+    }
+}
 #endif
+
+// Whether this build has the wgmma code (sm_90a), for the host to pick the kernel: the device pass
+// that compiles for sm_90a initialises it to 1 (read once per device, DeviceLimits).
+__device__ int built_with_wgmma =
+#if defined(MODEL_C_WGMMA)
+    1;
+#else
+    0;
+#endif
+
+// x as a warp-uniform value: the compiler may then keep it, and what is computed from it, in uniform
+// registers (the wgmma descriptors must be there; from ordinary registers each use costs moves). The
+// warp must be converged.
+__device__ __forceinline__ uint32_t warp_uniform(uint32_t x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 // Where tile `tile` sits: sample n, first pooled position p0, first input index lo of its box.
 struct TileOrigin {
@@ -605,6 +691,151 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&best)[
         }
 }
 
+// The CTA's weight block: B(k = ci, n) of tap `tap` = sign(m[co0 + n]) * weight[ci][co0 + n][tap] (so the
+// pool is a plain max of sign(m) y), in chunk (tap, k step), TF32 hi (and lo) parts. A thread per (ci, n),
+// walking the taps (contiguous in `weight`). k order: channel ci is k = ci % 8 of k step ci / 8; A_FROM_SMEM
+// (the kernel that reads A from the box by descriptor) takes the box's own order instead: in a 16-channel
+// group, plane t = c % 4 holds channels t, t + 4, t + 8, t + 12 in one 16-byte word, and planes 2 s and
+// 2 s + 1 are k step s's two k halves, so channel c is k = (t % 2) * 4 + c / 4 of k step t / 2.
+template <int NT, bool SPLIT3, bool A_FROM_SMEM>
+__device__ __forceinline__ void stage_weights(const Params& p, float* w_s, int co0) {
+    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, SPLIT3>();
+    for (int pair = threadIdx.x; pair < p.ci_padded * kChannels; pair += kThreads) {
+        const int n = pair % kChannels, ci = pair / kChannels;
+        const bool ok = ci < p.in_channels && co0 + n < p.out_channels;
+        const float sign = ok && __ldg(p.multiplier + co0 + n) < 0.f ? -1.f : 1.f;
+        const float* src = p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps;
+        const int c = ci % 16, plane = c % 4;
+        const int step = A_FROM_SMEM ? (ci / 16) * 2 + plane / 2 : ci / 8;
+        const int k = A_FROM_SMEM ? (plane % 2) * 4 + c / 4 : ci % 8;
+        float* dst = w_s + step * kChunk + weight_chunk_offset(k, n);
+        const int tap_step = (p.ci_padded / 8) * kChunk;
+        for (int tap = 0; tap < p.taps; ++tap, dst += tap_step) {
+            const float v = ok ? __ldg(src + tap) * sign : 0.f;
+            if (SPLIT3) {
+                uint32_t hi, lo;
+                split_tf32(v, hi, lo);
+                dst[0] = __uint_as_float(hi);
+                dst[64 * NT] = __uint_as_float(lo);
+            } else {
+                dst[0] = __uint_as_float(to_tf32(v));
+            }
+        }
+    }
+#if defined(MODEL_C_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
+#endif
+}
+
+// The padded channels (c >= C_in) of both boxes stay zero for the whole kernel (the staging never writes
+// them): zero them once. They sit in the last channel group.
+template <int LANES>
+__device__ __forceinline__ void zero_padded_channels(const Params& p, float* x_s, int box_floats) {
+    if (p.in_channels == p.ci_padded) return;
+    const int last = (p.ci_padded / (4 * LANES) - 1) * p.group_stride;
+    for (int e = last + threadIdx.x; e < box_floats; e += kThreads) {
+        const int rest = e - last, plane = rest / p.quad_stride;
+        const int c = (p.ci_padded - 4 * LANES) + 4 * ((rest - plane * p.quad_stride) % LANES) + plane;
+        if (c >= p.in_channels) {
+            x_s[e] = 0.f;
+            x_s[box_floats + e] = 0.f;
+        }
+    }
+}
+
+// The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative slope,
+// each time a window offset is pooled; and the epilogue's per-channel constants (store_tile):
+// {sign(m), bias, c_pos, c_neg}.
+template <int CHANNELS>
+__device__ __forceinline__ void stage_channel_tables(const Params& p, int co0, float* bias_s, float* mult_s,
+                                                     float4* f_s) {
+    for (int n = threadIdx.x; n < CHANNELS; n += kThreads) {
+        const bool ok = co0 + n < p.out_channels;
+        bias_s[n] = ok ? __ldg(p.bias + co0 + n) : 0.f;
+        mult_s[n] = ok ? __ldg(p.multiplier + co0 + n) : 0.f;
+        const float m = mult_s[n], b = bias_s[n], s = p.slope;
+        f_s[n] = make_float4(m >= 0.f ? 1.f : -1.f, b, m >= 0.f ? m : s * m, m >= 0.f ? s * s * m : s * m);
+    }
+}
+
+// The pool's start: -inf, or, when some window offsets have no taps (kernel < stride), what they
+// contribute: y = bias, i.e. acc = 0 (pool-first) or f(bias). Layout of best/acc: this thread's rows g,
+// g + 8 of m-tiles (or m64 blocks' warp rows) 0 and 1 at [mt][nt][2 h + c], channel nt * 8 + 2 t + c.
+template <int NT>
+__device__ __forceinline__ void pool_start(const Params& p, float (&best)[2][NT][4], bool pool_first,
+                                           const float* mult_s, const float* bias_s, int t) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+            const float start = !p.empty_windows ? -INFINITY
+                                : pool_first      ? 0.f
+                                                  : leaky(m * leaky(b, p.slope), p.slope);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) best[mt][nt][2 * h + c] = start;
+        }
+}
+
+// Pool one window offset's products into `best`. The staged weights carry sign(m), so acc holds
+// sign(m) * y (bias excluded) and the sign-selected pool is a plain max; for slope < 0 (f not
+// monotone) it takes the max of f(y) over the window.
+template <int NT>
+__device__ __forceinline__ void pool_window(const Params& p, float (&best)[2][NT][4], const float (&acc)[2][NT][4],
+                                            bool pool_first, const float* mult_s, const float* bias_s, int t) {
+    if (pool_first) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) best[mt][nt][j] = nan_max(best[mt][nt][j], acc[mt][nt][j]);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float y = m >= 0.f ? acc[mt][nt][2 * h + c] : -acc[mt][nt][2 * h + c];
+                        float& q = best[mt][nt][2 * h + c];
+                        q = nan_max(q, leaky(m * leaky(y + b, p.slope), p.slope));
+                    }
+            }
+    }
+}
+
+// store_tile for rows anywhere in the output: row_out[i] points at row i's element of this thread's first
+// channel (2 t of the block), so a store is that pointer plus the channel's plane offset, the same for
+// every thread (uniform: one register per channel, no per-store address arithmetic).
+template <int NT, bool POOL_FIRST>
+__device__ __forceinline__ void store_rows(const Params& p, const float (&best)[2][NT][4], float* const (&row_out)[4],
+                                           const bool (&row_ok)[4], const float4* f_s, int co0, int t, int plane) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int n_local = nt * 8 + 2 * t + c;
+            if (co0 + n_local >= p.out_channels) continue;
+            const float4 k = f_s[n_local];
+            const int64_t channel = static_cast<int64_t>(nt * 8 + c) * plane;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float v = best[i / 2][nt][2 * (i % 2) + c];
+                if (POOL_FIRST) {
+                    const float u = fmaf(k.x, v, k.y);
+                    v = u * (u >= 0.f ? k.z : k.w);
+                }
+                if (row_ok[i]) row_out[i][channel] = v;
+            }
+        }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel. grid = (persistent CTAs over output tiles, channel blocks of 8 * NT); kThreads threads.
 // Dynamic shared memory: the weight block [taps][ci_padded / 8] chunks (weight_chunk_floats each), two
@@ -656,6 +887,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
 #if defined(MODEL_C_WGMMA)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
 #endif
+
 
     // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative
     // slope, each time a window offset is pooled.
@@ -731,6 +963,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
                         for (int h = 0; h < 2; ++h) best[mt][nt][2 * h + c] = start;
                 }
 
+
             // One implicit GEMM per window offset (= stride phase) with taps, pooled into `best` as it
             // finishes.
             for (int r = 0; r < p.windows; ++r) {
@@ -801,6 +1034,236 @@ convtranspose_leaky_pool_kernel(const Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The TF32 kernel with A from shared memory (sm_90a; the host picks it when it applies, see make_plan).
+// The box of 16-channel groups (stage_input_box<true>) is, as it stands, wgmma's no-swizzle K-major A
+// operand: a core matrix is 8 consecutive box positions x one plane's 16-byte words (4 channels), so with
+// a unit step along W (pool = stride) 8 consecutive pooled positions of a line are a core matrix, and an
+// m64 block is an 8 (h) x 8 (w) patch of pooled positions whose 8 core matrices along M are box lines
+// step_h apart (SBO), the two k halves of a k step adjacent planes (LBO). A tap moves the whole block
+// by a constant: its descriptor is the block's plus the entry's box offset. Nothing passes through
+// registers, so a window offset's products are issued back to back with one wait (in batches of 8, 4, 2,
+// 1 entries: a runtime loop between a wgmma and its wait would serialize them, C7520). The box is rounded
+// to TF32 in place once per tile, each thread the positions it copied. No block-wide barrier per tile: a
+// thread rounds its share of the next box as soon as its own products of this tile are done and arrives
+// on that buffer's mbarrier; a warpgroup starts a tile when all threads have arrived for its box (which
+// also means everyone is done reading the other buffer, so its next copies may start). A warpgroup that
+// finishes early runs ahead into the next tile instead of idling at a barrier while the others store.
+// Tile: 8 blocks of 64 (TD x TH x TW with TH, TW multiples of 8), a warpgroup's blocks 2 wg and 2 wg + 1,
+// per warp the accumulator rows of mma.m16n8k8 in the block (rows 16 w4 + g, + 8 = lines 2 w4, 2 w4 + 1
+// at w = g). The epilogue stores through per-row pointers (store_rows).
+// ---------------------------------------------------------------------------------------------
+#if defined(MODEL_C_WGMMA)
+// N entries of a window offset's tap list, all products issued, one wait. FRESH: the first product starts acc.
+template <int NT, int N, bool FRESH>
+__device__ __forceinline__ void window_batch_ss(float (&acc)[2][NT][4], const int2* entries,
+                                                const uint32_t (&a_desc_low)[2], uint32_t a_desc_high,
+                                                uint32_t plane_units) {
+    constexpr uint32_t kStepB = weight_chunk_floats<NT, false>() * sizeof(float) >> 4;  // next k step's chunk
+    int2 entry[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        const int2 loaded = entries[e];
+        entry[e] = make_int2(static_cast<int>(warp_uniform(loaded.x)), static_cast<int>(warp_uniform(loaded.y)));
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        const uint32_t shift = static_cast<uint32_t>(entry[e].x) >> 2;  // floats -> 16-byte units
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                const uint32_t a = a_desc_low[mt] + shift + 2 * s * plane_units;
+                const uint32_t b = static_cast<uint32_t>(entry[e].y) + s * kStepB;
+                if (FRESH && e == 0 && s == 0) wgmma_tf32_ss<NT, false>(acc[mt], a, a_desc_high, b);
+                else wgmma_tf32_ss<NT, true>(acc[mt], a, a_desc_high, b);
+            }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+// One window offset's GEMM over its count >= 1 entries, written from scratch into acc.
+template <int NT>
+__device__ __forceinline__ void window_gemm_ss(float (&acc)[2][NT][4], const int2* entries, int count,
+                                               const uint32_t (&a_desc_low)[2], uint32_t a_desc_high,
+                                               uint32_t plane_units) {
+    int done;
+    if (count >= 8) {
+        window_batch_ss<NT, 8, true>(acc, entries, a_desc_low, a_desc_high, plane_units);
+        done = 8;
+    } else if (count >= 4) {
+        window_batch_ss<NT, 4, true>(acc, entries, a_desc_low, a_desc_high, plane_units);
+        done = 4;
+    } else if (count >= 2) {
+        window_batch_ss<NT, 2, true>(acc, entries, a_desc_low, a_desc_high, plane_units);
+        done = 2;
+    } else {
+        window_batch_ss<NT, 1, true>(acc, entries, a_desc_low, a_desc_high, plane_units);
+        done = 1;
+    }
+    while (done < count) {
+        const int left = count - done;
+        if (left >= 8) {
+            window_batch_ss<NT, 8, false>(acc, entries + done, a_desc_low, a_desc_high, plane_units);
+            done += 8;
+        } else if (left >= 4) {
+            window_batch_ss<NT, 4, false>(acc, entries + done, a_desc_low, a_desc_high, plane_units);
+            done += 4;
+        } else if (left >= 2) {
+            window_batch_ss<NT, 2, false>(acc, entries + done, a_desc_low, a_desc_high, plane_units);
+            done += 2;
+        } else {
+            window_batch_ss<NT, 1, false>(acc, entries + done, a_desc_low, a_desc_high, plane_units);
+            done += 1;
+        }
+    }
+}
+
+// A shared-memory barrier object (mbarrier) that completes a phase when `count` threads have arrived;
+// waiting on a phase's parity blocks only the waiting thread (no block-wide barrier).
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+                 "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+                 : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}\n"
+        ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(parity) : "memory");
+}
+
+// Round the box positions this thread copied (stage_input_box<true>: positions threadIdx.x + k kThreads)
+// to TF32 in place, (v + 2^12) & ~(2^13 - 1) as round_tf32_bits (idempotent); its own cp.async copies
+// have landed (cp_async_wait), so no barrier is needed before.
+__device__ __forceinline__ void round_box_tf32(const Params& p, float* box) {
+    const int positions = p.extent[0] * p.extent[1] * p.extent[2], groups = p.ci_padded / 16;
+    for (int e = threadIdx.x; e < positions; e += kThreads)
+        for (int q = 0; q < groups; ++q)
+#pragma unroll
+            for (int plane = 0; plane < 4; ++plane) {
+                uint4* word = reinterpret_cast<uint4*>(box + q * p.group_stride + plane * p.quad_stride + 4 * e);
+                uint4 v = *word;
+                v.x = (v.x + 0x1000u) & 0xffffe000u;
+                v.y = (v.y + 0x1000u) & 0xffffe000u;
+                v.z = (v.z + 0x1000u) & 0xffffe000u;
+                v.w = (v.w + 0x1000u) & 0xffffe000u;
+                *word = v;
+            }
+}
+#endif
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1) convtranspose_leaky_pool_ss_kernel(const Params p) {
+#if defined(MODEL_C_WGMMA)
+    constexpr int kChannels = 8 * NT, kLanes = 4;
+    constexpr int kChunk = weight_chunk_floats<NT, false>();
+    extern __shared__ __align__(128) float smem[];
+    float* w_s = smem;
+    float* x_s = smem + static_cast<size_t>(p.taps) * (p.ci_padded / 8) * kChunk;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4, w4 = warp % 4;
+    const int wg = static_cast<int>(warp_uniform(warp / 4));  // so the A descriptors are uniform
+    const int co0 = blockIdx.y * kChannels;
+    const int box_floats = (p.ci_padded / 16) * p.group_stride;
+    float* bias_s = x_s + 2 * box_floats;
+    float* mult_s = bias_s + kChannels;
+    float4* f_s = reinterpret_cast<float4*>(mult_s + kChannels);
+    int* list_start = reinterpret_cast<int*>(f_s + kChannels);
+    int2* list = reinterpret_cast<int2*>(list_start + ((p.windows + 2) & ~1));
+    // box_ready[b]: all threads have rounded their share of buffer b's box (and, the first time, staged the
+    // weights, tables and tap list). A thread arrives after its own products of the previous tile, so the
+    // phase also means every warpgroup is done reading the other buffer.
+    uint64_t* box_ready = reinterpret_cast<uint64_t*>(list + p.tap_entries * (p.ci_padded / 16));
+    if (threadIdx.x == 0) {
+        mbarrier_init(&box_ready[0], kThreads);
+        mbarrier_init(&box_ready[1], kThreads);
+    }
+    // Before the barrier: the rounding passes read whole 16-byte words, padded channels included.
+    zero_padded_channels<kLanes>(p, x_s, box_floats);
+    __syncthreads();
+
+    int tile = blockIdx.x;
+    if (tile < p.num_tiles) stage_input_box<true>(p, locate_tile(p, tile), x_s);
+    cp_async_commit();
+    stage_weights<NT, false, true>(p, w_s, co0);
+    stage_channel_tables<kChannels>(p, co0, bias_s, mult_s, f_s);
+    build_tap_list<kChunk / 8, kLanes>(p, w_s, list_start, list);
+    const bool pool_first = p.slope >= 0.f;
+
+    // This warpgroup's two m64 blocks: block bk = 2 wg + mt of the tile, (bd, bh, bw) in blocks of 1 x 8 x 8.
+    const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1];  // step along W is 1
+    const int blocks_w = p.tile[2] / 8, blocks_h = p.tile[1] / 8;
+    const uint32_t plane_units = static_cast<uint32_t>(p.quad_stride) / 4;  // LBO: planes are k halves
+    const uint32_t a_desc_high = static_cast<uint32_t>(step_h * p.extent[2]);  // SBO: box lines per block row
+    uint32_t block_pos[2];  // box position of the block's first row
+    int row_d[4], row_h[4], row_w[4];  // this thread's rows (2 mt + h) in the tile
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+        const int bk = 2 * wg + mt;
+        const int bd = bk / (blocks_w * blocks_h), bh = (bk / blocks_w) % blocks_h * 8, bw = (bk % blocks_w) * 8;
+        block_pos[mt] = static_cast<uint32_t>((bd * step_d * p.extent[1] + bh * step_h) * p.extent[2] + bw);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            row_d[2 * mt + h] = bd;
+            row_h[2 * mt + h] = bh + 2 * w4 + h;
+            row_w[2 * mt + h] = bw + g;
+        }
+    }
+    const int plane = p.pooled[0] * p.pooled[1] * p.pooled[2];
+
+    cp_async_wait<0>();
+    round_box_tf32(p, x_s);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
+    mbarrier_arrive(&box_ready[0]);
+    for (int buf = 0, round = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1, ++round) {
+        mbarrier_wait(&box_ready[buf], (round >> 1) & 1);
+        float* box = x_s + buf * box_floats;
+        const int next = tile + static_cast<int>(gridDim.x);
+        if (next < p.num_tiles) stage_input_box<true>(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
+        cp_async_commit();
+        const TileOrigin o = locate_tile(p, tile);
+        const uint32_t box_units = (static_cast<uint32_t>(__cvta_generic_to_shared(box)) & 0x3ffff) >> 4;
+        const uint32_t a_desc_low[2] = {(box_units + block_pos[0]) | (plane_units << 16),
+                                        (box_units + block_pos[1]) | (plane_units << 16)};
+
+        float best[2][NT][4];
+        pool_start<NT>(p, best, pool_first, mult_s, bias_s, t);
+        for (int r = 0; r < p.windows; ++r) {
+            const int first = list_start[r], count = list_start[r + 1] - first;
+            if (count == 0) continue;
+            float acc[2][NT][4];
+            window_gemm_ss<NT>(acc, list + first, count, a_desc_low, a_desc_high, plane_units);
+            pool_window<NT>(p, best, acc, pool_first, mult_s, bias_s, t);
+        }
+        // This thread's products of `tile` are done: round its share of the next box (its copies were
+        // issued before the products and have landed by now), then let the others know.
+        cp_async_wait<0>();
+        if (next < p.num_tiles) {
+            round_box_tf32(p, x_s + (buf ^ 1) * box_floats);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        mbarrier_arrive(&box_ready[buf ^ 1]);
+
+        float* const out_t = p.out + (static_cast<int64_t>(o.n) * p.out_channels + co0 + 2 * t) * plane;
+        float* row_out[4];
+        bool row_ok[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int pd = o.p0[0] + row_d[i], ph = o.p0[1] + row_h[i], pw = o.p0[2] + row_w[i];
+            row_ok[i] = pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
+            row_out[i] = out_t + (static_cast<uint32_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw;
+        }
+        if (pool_first) store_rows<NT, true>(p, best, row_out, row_ok, f_s, co0, t, plane);
+        else store_rows<NT, false>(p, best, row_out, row_ok, f_s, co0, t, plane);
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side: the plan (tile shape, shared memory), the envelope, the launcher.
 // ---------------------------------------------------------------------------------------------
 
@@ -820,6 +1283,7 @@ inline int next_pow2(int64_t v) {
 struct DeviceLimits {
     int smem_optin = 0;  // most dynamic shared memory one block may opt in to (bytes)
     int sms = 0;         // multiprocessors
+    bool wgmma = false;  // this build runs wgmma on it (built for sm_90a, a compute capability 9.0 GPU)
 };
 
 const DeviceLimits& device_limits(int device) {
@@ -831,6 +1295,13 @@ const DeviceLimits& device_limits(int device) {
         DeviceLimits limits;
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device));
+        int major = 0, flag = 0;
+        C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+        if (major == 9) {  // an sm_90a image loads on 9.0 only; read what the loaded image says
+            const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+            C10_CUDA_CHECK(cudaMemcpyFromSymbol(&flag, built_with_wgmma, sizeof(int)));
+        }
+        limits.wgmma = flag == 1;
         it = cache.emplace(device, limits).first;
     }
     return it->second;
@@ -859,6 +1330,7 @@ struct Plan {
     Params params{};
     int nt = 4;
     bool quad = false;  // the box in groups of 16 channels (one 16-byte A load per two k8 steps), else 8
+    bool smem_a = false;  // TF32 with A read from the box by descriptor (convtranspose_leaky_pool_ss_kernel)
     size_t smem_bytes = 0;
     int64_t num_tiles = 0;  // params.num_tiles before the 2^31 check
     std::string problem;  // empty when the fused path applies
@@ -867,7 +1339,7 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why the fused path does not apply.
 Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
                c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
-               bool allow_tf32, int device, int64_t channels_per_block = 0) {
+               bool allow_tf32, int device, int64_t channels_per_block = 0, bool smem_a = true) {
     Plan plan;
     Params& p = plan.params;
     auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
@@ -947,17 +1419,20 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
     // the (TD, TH) split of the remaining rows that stages the fewest inputs plus computes the fewest rows
     // in all. kRows rows when the two input boxes fit in shared memory beside the weights, else 256,
     // 128, ... (idle warps). False when not even kRowsPerWarp rows fit.
-    auto fit_tile = [&](Plan& cand, int nt) {
+    // A_FROM_SMEM (the shared-memory A kernel): only full 512-position tiles of 8 x 8 (h, w) blocks.
+    auto fit_tile = [&](Plan& cand, int nt, bool a_from_smem) {
         Params& q = cand.params;
         cand.nt = nt;
         const size_t weight_floats = static_cast<size_t>(q.taps) * q.ci_padded * 8 * nt * (allow_tf32 ? 1 : 2);
         auto extent_of = [&](int d, int tile) { return (tile - 1) * (q.pool / q.stride[d]) + c_max[d] - q.c_min[d] + 1; };
-        for (int max_rows = kRows; max_rows >= kRowsPerWarp; max_rows /= 2) {
+        for (int max_rows = kRows; max_rows >= (a_from_smem ? kRows : kRowsPerWarp); max_rows /= 2) {
             q.tile[2] = std::min(max_rows, std::min(32, next_pow2(q.pooled[2])));
+            if (a_from_smem) q.tile[2] = std::max(q.tile[2], 8);
             double best_cost = -1.0;
-            for (int th = 1; th * q.tile[2] <= max_rows; th *= 2) {
-                if (th > next_pow2(q.pooled[1])) break;
-                const int td = std::min(max_rows / (th * q.tile[2]), next_pow2(q.pooled[0]));
+            for (int th = a_from_smem ? 8 : 1; th * q.tile[2] <= max_rows; th *= 2) {
+                if (th > next_pow2(q.pooled[1])) break;  // (a_from_smem: pooled H >= 8)
+                const int td = a_from_smem ? max_rows / (th * q.tile[2])
+                                           : std::min(max_rows / (th * q.tile[2]), next_pow2(q.pooled[0]));
                 const double tiles = static_cast<double>((q.pooled[0] + td - 1) / td) * ((q.pooled[1] + th - 1) / th);
                 const double cost = tiles * (static_cast<double>(td) * th * q.tile[2] +
                                              static_cast<double>(extent_of(0, td)) * extent_of(1, th) *
@@ -990,7 +1465,8 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
             const size_t box_floats = static_cast<size_t>(q.ci_padded / (4 * lanes)) * q.group_stride;
             cand.smem_bytes = sizeof(float) * (weight_floats + 2 * box_floats + 6 * 8 * nt) +
                               sizeof(int) * ((q.windows + 2) & ~1) +
-                              sizeof(int2) * static_cast<size_t>(q.tap_entries) * (q.ci_padded / (4 * lanes));
+                              sizeof(int2) * static_cast<size_t>(q.tap_entries) * (q.ci_padded / (4 * lanes)) +
+                              (a_from_smem ? 2 * sizeof(uint64_t) : 0);  // its kernel's two mbarriers
             if (cand.smem_bytes <= smem_limit) return true;
         }
         return false;
@@ -1006,7 +1482,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
     size_t smallest_smem = 0;
     for (int nt = widest; nt >= narrowest; nt /= 2) {
         Plan cand = plan;
-        if (!fit_tile(cand, nt)) {
+        if (!fit_tile(cand, nt, false)) {
             if (smallest_smem == 0 || cand.smem_bytes < smallest_smem) smallest_smem = cand.smem_bytes;
             continue;
         }
@@ -1014,6 +1490,16 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         if (outputs > chosen_outputs) {
             chosen = cand;
             chosen_outputs = outputs;
+        }
+    }
+    // TF32 with A from shared memory where it applies: a wgmma build, 16-channel groups, a unit step
+    // along W (pool = stride) and pooled H and W of at least 8 (8 x 8 blocks), in the same channel block.
+    if (chosen_outputs > 0 && smem_a && allow_tf32 && chosen.quad && device_limits(device).wgmma &&
+        p.stride[2] == p.pool && p.pooled[1] >= 8 && p.pooled[2] >= 8) {
+        Plan cand = plan;
+        if (fit_tile(cand, chosen.nt, true)) {
+            cand.smem_a = true;
+            chosen = cand;
         }
     }
     if (chosen_outputs > 0) {
@@ -1035,6 +1521,27 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t c_in, int64
                      static_cast<int>(device)).problem;
 }
 
+// The plan forward would run, for notebooks and tests: which kernel, the tile, the channel block and the
+// shared memory per CTA.
+py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
+                       std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                       std::vector<int64_t> output_padding, int64_t pool, int64_t device, bool allow_tf32,
+                       int64_t channels_per_block, bool smem_a) {
+    const Plan plan = make_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool,
+                                allow_tf32, static_cast<int>(device), channels_per_block, smem_a);
+    py::dict d;
+    d["problem"] = plan.problem;
+    d["wgmma"] = device_limits(static_cast<int>(device)).wgmma;
+    if (!plan.problem.empty()) return d;
+    d["kernel"] = !allow_tf32 ? "3xTF32" : plan.smem_a ? "TF32, A from shared memory" : "TF32, A from registers";
+    d["tile"] = std::vector<int>{plan.params.tile[0], plan.params.tile[1], plan.params.tile[2]};
+    d["channels_per_block"] = 8 * plan.nt;
+    d["channel_group"] = plan.quad ? 16 : 8;
+    d["smem_bytes"] = plan.smem_bytes;
+    d["tiles"] = plan.num_tiles;
+    return d;
+}
+
 void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& x) {
     TORCH_CHECK(t.device() == x.device(), "forward: ", name, " must be on ", x.device().str(), ", got ",
                 t.device().str());
@@ -1045,9 +1552,10 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
 
 template <int NT>
 void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
-    const auto kernel = !allow_tf32  ? convtranspose_leaky_pool_kernel<NT, true, false>
-                        : plan.quad ? convtranspose_leaky_pool_kernel<NT, false, true>
-                                    : convtranspose_leaky_pool_kernel<NT, false, false>;
+    const auto kernel = !allow_tf32    ? convtranspose_leaky_pool_kernel<NT, true, false>
+                        : plan.smem_a ? convtranspose_leaky_pool_ss_kernel<NT>
+                        : plan.quad   ? convtranspose_leaky_pool_kernel<NT, false, true>
+                                      : convtranspose_leaky_pool_kernel<NT, false, false>;
     const int64_t channel_blocks = (plan.params.out_channels + 8 * NT - 1) / (8 * NT);
     const int64_t resident = static_cast<int64_t>(blocks_per_sm(kernel, plan.smem_bytes, device)) *
                              device_limits(device).sms;
@@ -1061,7 +1569,7 @@ void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& multiplier, std::vector<int64_t> stride, std::vector<int64_t> padding,
                       std::vector<int64_t> output_padding, int64_t pool, double slope, bool allow_tf32,
-                      const torch::Tensor& out, int64_t channels_per_block) {
+                      const torch::Tensor& out, int64_t channels_per_block, bool smem_a) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ",
                 c10::toString(x.scalar_type()));
@@ -1082,7 +1590,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
-                          output_padding, pool, allow_tf32, device, channels_per_block);
+                          output_padding, pool, allow_tf32, device, channels_per_block, smem_a);
     TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
     const Params& p = plan.params;
     TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
@@ -1122,5 +1630,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "else 3xTF32 (fp32-accurate)",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("multiplier"), py::arg("stride"),
           py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("slope"), py::arg("allow_tf32"),
-          py::arg("out"), py::arg("channels_per_block") = 0);
+          py::arg("out"), py::arg("channels_per_block") = 0, py::arg("smem_a") = true);
+    m.def("describe_plan", &model_c_v3::describe_plan,
+          "the plan forward would run: {'problem': '' or why not, 'kernel', 'tile', 'channels_per_block', "
+          "'channel_group', 'smem_bytes', 'tiles', 'wgmma'}",
+          py::arg("in_size"), py::arg("batch"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel"),
+          py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"),
+          py::arg("allow_tf32") = false, py::arg("channels_per_block") = 0, py::arg("smem_a") = true);
 }

@@ -27,6 +27,11 @@ def test_kernelbench_size_parity():
 
 def test_tf32_mode_parity():
     model, fused = _models(C.get_init_inputs(), allow_tf32=True)
+    ext = C._load_extension(C.KERNEL_V3)
+    plan = ext.describe_plan([C.depth, C.height, C.width], 4, C.in_channels, C.out_channels, [C.kernel_size] * 3,
+                             [C.stride] * 3, [C.padding] * 3, [C.output_padding] * 3, 2, torch.cuda.current_device(), True)
+    if plan["wgmma"]:  # on an H100 with the sm_90a build: the kernel that reads A from shared memory
+        assert plan["kernel"] == "TF32, A from shared memory"
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(4, 16, 16, 32, 32, device="cuda")], seeds=(3,),
                          shifts=(0.0,), tf32=set(C.VARIANTS))
 
@@ -62,10 +67,10 @@ def test_v3_envelope_cases(init, shape, pool, slope):
 class _V3Build(torch.nn.Module):
     """ModelNew's v3 forward through a given build of the v3 kernel (its own weights, loaded by the sweep)."""
 
-    def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2):
+    def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2, smem_a=True):
         super().__init__()
         self.fused = C.ModelNew(*init, allow_tf32=allow_tf32, pool=pool, negative_slope=slope)
-        self.ext, self.allow_tf32, self.pool, self.slope = ext, allow_tf32, pool, slope
+        self.ext, self.allow_tf32, self.pool, self.slope, self.smem_a = ext, allow_tf32, pool, slope, smem_a
 
     def load_state_dict(self, state, *args, **kwargs):
         return self.fused.load_state_dict(state, *args, **kwargs)
@@ -77,7 +82,16 @@ class _V3Build(torch.nn.Module):
         if out is None:
             out = torch.empty((x.shape[0], ct.out_channels, *(n // p for n in size)), device=x.device)
         return self.ext.forward(x, ct.weight, ct.bias, self.fused.multiplier.reshape(-1), list(ct.stride),
-                                list(ct.padding), list(ct.output_padding), p, self.slope, self.allow_tf32, out)
+                                list(ct.padding), list(ct.output_padding), p, self.slope, self.allow_tf32, out,
+                                smem_a=self.smem_a)
+
+    def kernel_name(self, x):
+        """Which v3 kernel forward runs for x (the build's describe_plan)."""
+        ct = self.fused.conv_transpose
+        return self.ext.describe_plan(list(x.shape[2:]), x.shape[0], ct.in_channels, ct.out_channels,
+                                      list(ct.kernel_size), list(ct.stride), list(ct.padding),
+                                      list(ct.output_padding), self.pool, x.device.index, self.allow_tf32,
+                                      smem_a=self.smem_a)["kernel"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -98,6 +112,33 @@ def test_v3_portable_mma_sync_build_parity(init, shape):
                          tf32={"v3 mma.sync tf32"})
     helpers.parity_sweep(model, {"v3 mma.sync fp32": fused["v3 mma.sync fp32"]},
                          lambda seed: [torch.rand(shape, device="cuda")], seeds=(12,), shifts=(100.0,))
+
+# TF32 with A read from shared memory (sm_90a): where it applies (16-channel groups, stride = pool along W,
+# pooled H and W >= 8, a full 512-position tile in shared memory), with the shapes that stress it.
+@pytest.mark.parametrize("init, shape, slope", [
+    ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (2, 16, 8, 16, 16), 0.2),         # KernelBench's layer, smaller
+    ([32, 40, 2, 2, 0, 0, (40, 1, 1, 1)], (1, 32, 3, 8, 8), 0.2),           # two channel groups, two blocks
+    ([16, 8, 2, (2, 1, 2), 0, 0, (8, 1, 1, 1)], (1, 16, 3, 15, 8), 0.2),    # H step 2: block rows 2 lines apart
+    ([16, 12, 3, (1, 2, 2), 1, 0, (12, 1, 1, 1)], (2, 16, 4, 9, 9), -0.2),  # D step 2; 3-12 taps per window
+    ([12, 8, 5, 2, 2, 1, (8, 1, 1, 1)], (1, 12, 4, 9, 9), 0.2),             # C_in 12 (padded); 8-27 taps
+    ([16, 12, 1, 2, 0, 1, (12, 1, 1, 1)], (2, 16, 3, 9, 9), -0.3),          # windows without taps
+    ([48, 3, 2, 2, 0, 0, (3, 1, 1, 1)], (1, 48, 2, 8, 8), 0.2),             # three channel groups, C_out 3
+])
+def test_v3_tf32_smem_a_kernel_parity(init, shape, slope):
+    ext = C._load_extension(C.KERNEL_V3)
+    model = C.Model(*init).cuda()
+    model.leaky_relu.negative_slope = slope
+    fused = {f"v3 tf32 A from {where}": _V3Build(init, ext, True, slope=slope, smem_a=(where == "smem")).cuda()
+             for where in ("smem", "registers")}
+    x = torch.rand(shape, device="cuda")
+    if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1,
+                             x.device.index)["wgmma"]:
+        pytest.skip("this build has no wgmma (not sm_90a on a compute capability 9.0 GPU)")
+    assert fused["v3 tf32 A from smem"].kernel_name(x) == "TF32, A from shared memory"
+    assert fused["v3 tf32 A from registers"].kernel_name(x) == "TF32, A from registers"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(21, 22),
+                         shifts=(0.0,), tf32=set(fused))
+
 
 @pytest.mark.parametrize("init, pool, reason", [
     ([4, 6, 3, 3, 1, 0, (6, 1, 1, 1)], 2, "multiple of every stride"),
