@@ -80,10 +80,12 @@
 //   PyTorch allows, 1 <= P <= 8, any slope, C_out x the pooled output's D x H x W below 2^31, fewer
 //   than 2^31 tiles, and the weight block plus two input boxes fitting in the GPU's shared memory
 //   (232,448 bytes on an H100). The KernelBench configuration takes 218,840 bytes fp32-accurate (the
-//   weights twice, hi and lo) and 162,048 in TF32, with 512-position tiles. When the weights crowd
-//   out the boxes, the plan narrows the channel block (32 -> 16 -> 8 channels) or shrinks the tile
-//   (idle warps), whichever leaves a CTA more outputs per tile; a configuration that fits in neither
-//   way runs v2.
+//   weights twice, hi and lo) and 171,280 in TF32 (A from shared memory), with 512-position tiles. When
+//   the weights crowd out the boxes, the plan narrows the channel block (32 -> 16 -> 8 channels) or
+//   shrinks the tile (idle warps), whichever leaves a CTA more outputs per tile; a configuration that
+//   fits in neither way runs v2. The TF32 kernel with A from shared memory needs full 512-position tiles
+//   of 8 x 8 (h, w) blocks; where they do not fit (or the other conditions above fail), the TF32 mode
+//   runs the kernel that loads A into registers (describe_plan says which).
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_c_v3", cpp_sources="",
