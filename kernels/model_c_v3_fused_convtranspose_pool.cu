@@ -57,7 +57,7 @@
 //   epilogue applies f as u * (u >= 0 ? c_pos : c_neg) with two per-channel constants.
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
 //   ~60 bytes on sm_90a. That kernel keeps its set-up and pooling code inline: written as the helpers the
-//   A-from-shared-memory kernel calls (stage_weights, pool_window, ...), ptxas allocated its registers
+//   A-from-shared-memory kernel calls (stage_channel_tables, pool_window, ...), ptxas allocated its registers
 //   differently and it spilled 90-108 bytes, 2.7 % slower.
 //
 // Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
@@ -693,36 +693,26 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&best)[
         }
 }
 
-// The CTA's weight block: B(k = ci, n) of tap `tap` = sign(m[co0 + n]) * weight[ci][co0 + n][tap] (so the
-// pool is a plain max of sign(m) y), in chunk (tap, k step), TF32 hi (and lo) parts. A thread per (ci, n),
-// walking the taps (contiguous in `weight`). k order: channel ci is k = ci % 8 of k step ci / 8; A_FROM_SMEM
-// (the kernel that reads A from the box by descriptor) takes the box's own order instead: in a 16-channel
-// group, plane t = c % 4 holds channels t, t + 4, t + 8, t + 12 in one 16-byte word, and planes 2 s and
-// 2 s + 1 are k step s's two k halves, so channel c is k = (t % 2) * 4 + c / 4 of k step t / 2.
-template <int NT, bool SPLIT3, bool A_FROM_SMEM>
-__device__ __forceinline__ void stage_weights(const Params& p, float* w_s, int co0) {
-    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, SPLIT3>();
+// The CTA's weight block for the kernel that reads A from the box (TF32): B(k, n) = sign(m[co0 + n]) *
+// weight[ci][co0 + n][tap] (so the pool is a plain max of sign(m) y), rounded to TF32, in chunk (tap, k
+// step). A thread per (ci, n), walking the taps (contiguous in `weight`). k follows the box's order, not
+// ci % 8 as in the register kernel: in a 16-channel group, plane t = c % 4 holds channels t, t + 4, t + 8,
+// t + 12 in one 16-byte word, and planes 2 s and 2 s + 1 are k step s's two k halves, so channel c is
+// k = (t % 2) * 4 + c / 4 of k step t / 2.
+template <int NT>
+__device__ __forceinline__ void stage_weights_box_order(const Params& p, float* w_s, int co0) {
+    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, false>();
     for (int pair = threadIdx.x; pair < p.ci_padded * kChannels; pair += kThreads) {
         const int n = pair % kChannels, ci = pair / kChannels;
         const bool ok = ci < p.in_channels && co0 + n < p.out_channels;
         const float sign = ok && __ldg(p.multiplier + co0 + n) < 0.f ? -1.f : 1.f;
         const float* src = p.weight + (static_cast<int64_t>(ci) * p.out_channels + co0 + n) * p.taps;
         const int c = ci % 16, plane = c % 4;
-        const int step = A_FROM_SMEM ? (ci / 16) * 2 + plane / 2 : ci / 8;
-        const int k = A_FROM_SMEM ? (plane % 2) * 4 + c / 4 : ci % 8;
+        const int step = (ci / 16) * 2 + plane / 2, k = (plane % 2) * 4 + c / 4;
         float* dst = w_s + step * kChunk + weight_chunk_offset(k, n);
         const int tap_step = (p.ci_padded / 8) * kChunk;
-        for (int tap = 0; tap < p.taps; ++tap, dst += tap_step) {
-            const float v = ok ? __ldg(src + tap) * sign : 0.f;
-            if (SPLIT3) {
-                uint32_t hi, lo;
-                split_tf32(v, hi, lo);
-                dst[0] = __uint_as_float(hi);
-                dst[64 * NT] = __uint_as_float(lo);
-            } else {
-                dst[0] = __uint_as_float(to_tf32(v));
-            }
-        }
+        for (int tap = 0; tap < p.taps; ++tap, dst += tap_step)
+            dst[0] = __uint_as_float(to_tf32(ok ? __ldg(src + tap) * sign : 0.f));
     }
 #if defined(MODEL_C_WGMMA)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
@@ -1191,7 +1181,7 @@ __global__ void __launch_bounds__(kThreads, 1) convtranspose_leaky_pool_ss_kerne
     int tile = blockIdx.x;
     if (tile < p.num_tiles) stage_input_box<true>(p, locate_tile(p, tile), x_s);
     cp_async_commit();
-    stage_weights<NT, false, true>(p, w_s, co0);
+    stage_weights_box_order<NT>(p, w_s, co0);
     stage_channel_tables<kChannels>(p, co0, bias_s, mult_s, f_s);
     build_tap_list<kChunk / 8, kLanes>(p, w_s, list_start, list);
     const bool pool_first = p.slope >= 0.f;
