@@ -397,14 +397,15 @@ __device__ __forceinline__ void wgmma_tf32_ss(float (&d)[NT][4], uint32_t a_desc
 }
 #endif
 
-// Whether this build has the wgmma code (sm_90a), for the host to pick the kernel: the device pass
-// that compiles for sm_90a initialises it to 1 (read once per device, DeviceLimits).
-__device__ int built_with_wgmma =
+// Whether the loaded binary has the wgmma code (sm_90a), for the host to pick the kernel: this kernel,
+// never launched, declares a different launch bound in the sm_90a device pass, and the host reads it
+// with cudaFuncGetAttributes (DeviceLimits; no memory copy, so also safe during CUDA graph capture).
 #if defined(MODEL_C_WGMMA)
-    1;
+constexpr int kWgmmaProbeThreads = 128;
 #else
-    0;
+constexpr int kWgmmaProbeThreads = 64;
 #endif
+__global__ void __launch_bounds__(kWgmmaProbeThreads) wgmma_build_probe() {}
 
 // x as a warp-uniform value: the compiler may then keep it, and what is computed from it, in uniform
 // registers (the wgmma descriptors must be there; from ordinary registers each use costs moves). The
@@ -1287,13 +1288,14 @@ const DeviceLimits& device_limits(int device) {
         DeviceLimits limits;
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device));
-        int major = 0, flag = 0;
+        int major = 0;
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-        if (major == 9) {  // an sm_90a image loads on 9.0 only; read what the loaded image says
+        if (major == 9) {  // an sm_90a image loads on 9.0 only; ask the loaded image (wgmma_build_probe)
             const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-            C10_CUDA_CHECK(cudaMemcpyFromSymbol(&flag, built_with_wgmma, sizeof(int)));
+            cudaFuncAttributes probe{};
+            C10_CUDA_CHECK(cudaFuncGetAttributes(&probe, wgmma_build_probe));
+            limits.wgmma = probe.maxThreadsPerBlock == 128;
         }
-        limits.wgmma = flag == 1;
         it = cache.emplace(device, limits).first;
     }
     return it->second;
