@@ -33,7 +33,11 @@
 //   allow_tf32 (10-bit mantissas, relative error ~1e-4). In the TF32 mode on sm_90a, when the pool
 //   equals the stride along W, the box holds 16-channel groups and pooled H and W are at least 8, a
 //   second kernel (convtranspose_leaky_pool_ss_kernel) reads A from shared memory as well: the staged
-//   box, rounded to TF32 in place, is wgmma's A operand as it stands (see the kernel's comment).
+//   box, rounded to TF32 in place, is wgmma's A operand as it stands (see the kernel's comment). Where,
+//   besides, the pool equals the stride of 2 in every dimension with kernel 2, 3 or 4 the same along all
+//   three (kShiftMasks) and 32-channel blocks, a third kernel (convtranspose_leaky_pool_shift_kernel) reads
+//   A once per shift of the box and shares it across the window offsets that read that shift (27 (offset,
+//   tap) pairs, 8 shifts at the KernelBench size): 8 warps, 8 accumulator sets in registers.
 //
 // Tiling
 //   One CTA = 16 warps = up to 512 pooled positions (a TD x TH x TW box of one sample, picked on the
@@ -60,11 +64,8 @@
 //   A-from-shared-memory kernel calls (stage_channel_tables, pool_window, ...), ptxas allocated its registers
 //   differently and it spilled 90-108 bytes, 2.7 % slower.
 //
-// Speed (H100 80GB HBM3, KernelBench size; the run of record is results/model_c/timing.csv): about
-//   0.12 ms fp32-accurate and 0.061 ms TF32, 6.5x and 13x torch.compile, still above the floors
-//   (0.054 ms for 3xTF32 products at the TF32 rate). The TF32 kernel is now bound by shared-memory
-//   bandwidth (Nsight Compute: L1/shared 82 % busy; each m64n32k8 wgmma reads 3 KB of operands).
-//   results/model_c/NOTES.md has the fifteen measured steps, the dropped ones and what should come next.
+// Speed (H100 80GB HBM3, KernelBench size): the run of record is results/model_c/timing.csv (notebook 03);
+//   results/model_c/NOTES.md has the measured steps, the dropped ones and what should come next.
 
 // Shapes and layouts
 //   x          : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
@@ -96,11 +97,12 @@
 //   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
 //                          allow_tf32=False) -> "" when the fused path applies, else the reason
 //   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out,
-//               channels_per_block=0, smem_a=True) -> out
+//               channels_per_block=0, smem_a=True, share_a=True) -> out
 //       (channels per CTA: 8, 16, 32, or 0 to pick from C_out; smem_a=False keeps the TF32 mode on the
-//       kernel that loads A into registers, for comparison)
+//       kernel that loads A into registers, share_a=False on the kernel that reads A from shared memory per
+//       window offset, for comparison)
 //   ext.describe_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
-//                     allow_tf32=False, channels_per_block=0, smem_a=True)
+//                     allow_tf32=False, channels_per_block=0, smem_a=True, share_a=True)
 //       -> {'problem', 'wgmma', 'kernel', 'tile', 'channels_per_block', 'channel_group', 'smem_bytes', 'tiles'}
 
 #include <torch/extension.h>
@@ -114,6 +116,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace model_c_v3 {
@@ -445,7 +448,7 @@ __host__ __device__ constexpr int box_lanes() { return QUAD ? 4 : 2; }
 // (d, h, w) positions in order (coalesced along w); each works out its position's source and bounds
 // once, then copies it for every input channel with two pointer steps per copy. The padded channels
 // (c >= C_in) are zeroed once per kernel, not here.
-template <bool QUAD>
+template <bool QUAD, int THREADS = kThreads>
 __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigin& o, float* box) {
     constexpr int kLanes = box_lanes<QUAD>(), kGroup = 4 * kLanes;
     const int64_t channel_stride = static_cast<int64_t>(p.in_size[0]) * p.in_size[1] * p.in_size[2];
@@ -454,7 +457,7 @@ __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigi
     const uint32_t box_addr = static_cast<uint32_t>(__cvta_generic_to_shared(box));
     const uint32_t quad_bytes = 4u * p.quad_stride, group_bytes = 4u * p.group_stride;
     const int full_groups = p.in_channels / kGroup, rest = p.in_channels - full_groups * kGroup;
-    for (int e = threadIdx.x; e < positions; e += kThreads) {
+    for (int e = threadIdx.x; e < positions; e += THREADS) {
         const int row = fast_div(e, p.line_div), ew = e - row * line;
         const int ed = fast_div(row, p.plane_div), eh = row - ed * p.extent[1];
         const int id = o.lo[0] + ed, ih = o.lo[1] + eh, iw = o.lo[2] + ew;
@@ -722,11 +725,11 @@ __device__ __forceinline__ void stage_weights_box_order(const Params& p, float* 
 
 // The padded channels (c >= C_in) of both boxes stay zero for the whole kernel (the staging never writes
 // them): zero them once. They sit in the last channel group.
-template <int LANES>
+template <int LANES, int THREADS = kThreads>
 __device__ __forceinline__ void zero_padded_channels(const Params& p, float* x_s, int box_floats) {
     if (p.in_channels == p.ci_padded) return;
     const int last = (p.ci_padded / (4 * LANES) - 1) * p.group_stride;
-    for (int e = last + threadIdx.x; e < box_floats; e += kThreads) {
+    for (int e = last + threadIdx.x; e < box_floats; e += THREADS) {
         const int rest = e - last, plane = rest / p.quad_stride;
         const int c = (p.ci_padded - 4 * LANES) + 4 * ((rest - plane * p.quad_stride) % LANES) + plane;
         if (c >= p.in_channels) {
@@ -739,10 +742,10 @@ __device__ __forceinline__ void zero_padded_channels(const Params& p, float* x_s
 // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative slope,
 // each time a window offset is pooled; and the epilogue's per-channel constants (store_tile):
 // {sign(m), bias, c_pos, c_neg}.
-template <int CHANNELS>
+template <int CHANNELS, int THREADS = kThreads>
 __device__ __forceinline__ void stage_channel_tables(const Params& p, int co0, float* bias_s, float* mult_s,
                                                      float4* f_s) {
-    for (int n = threadIdx.x; n < CHANNELS; n += kThreads) {
+    for (int n = threadIdx.x; n < CHANNELS; n += THREADS) {
         const bool ok = co0 + n < p.out_channels;
         bias_s[n] = ok ? __ldg(p.bias + co0 + n) : 0.f;
         mult_s[n] = ok ? __ldg(p.multiplier + co0 + n) : 0.f;
@@ -1256,6 +1259,315 @@ __global__ void __launch_bounds__(kThreads, 1) convtranspose_leaky_pool_ss_kerne
 #endif
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The TF32 kernel that shares A across window offsets (sm_90a; pool 2 = stride 2 in every dimension).
+// With a unit step, a window offset's tap is a shift of the box; different (offset, tap) pairs read the
+// same shift (KernelBench: 27 pairs, 8 shifts). This kernel walks the shifts: per m64 block and 16-channel
+// group, each shift's A (two 16-byte loads per thread, rounded in registers) is loaded once and multiplied
+// by the weights of every window offset that reads it, each offset into its own accumulator set (8 sets,
+// 8 * 4 * NT registers: 8 warps per CTA for the 255-register cap). Which offsets read which shift is a
+// compile-time pattern (one per dimension, the same for all three), so the whole sequence is straight-line
+// code: A in three register buffers, `wgmma_wait<2>` before a buffer is reloaded, no branch between a
+// `wgmma` and its wait. Weights staged once in the sequence's order: [group][entry][k step] chunks.
+// ---------------------------------------------------------------------------------------------
+constexpr int kShiftWarps = 8;
+constexpr int kShiftThreads = kShiftWarps * 32;
+// The patterns built (launch_shift), by kernel size and padding: kernel 2: 9 (padding even), 17 (odd);
+// kernel 3: 19 (even), 25 (odd: KernelBench); kernel 4: 27 (even). (Kernel 4 with an odd padding reads
+// three shifts per dimension: its boxes and weights do not fit beside each other with 16 channels.)
+constexpr int kShiftMasks[] = {9, 17, 19, 25, 27};
+
+// Pattern bit 3 r + s: window offset r (0, 1) reads box shift s (0, 1, 2) in a dimension.
+__host__ __device__ constexpr bool pattern_uses(int mask, int r, int s) { return ((mask >> (3 * r + s)) & 1) != 0; }
+__host__ __device__ constexpr int pattern_fanout(int mask, int s) {
+    return (pattern_uses(mask, 0, s) ? 1 : 0) + (pattern_uses(mask, 1, s) ? 1 : 0);
+}
+// Entries ((3-D shift, window offset) pairs) before 3-D shift s3 = 9 sd + 3 sh + sw, in the kernel's order.
+__host__ __device__ constexpr int pattern_entries_before(int mask, int s3) {
+    int n = 0;
+    for (int i = 0; i < s3; ++i) n += pattern_fanout(mask, i / 9) * pattern_fanout(mask, i / 3 % 3) * pattern_fanout(mask, i % 3);
+    return n;
+}
+__host__ __device__ constexpr int pattern_groups_before(int mask, int s3) {
+    int n = 0;
+    for (int i = 0; i < s3; ++i)
+        n += pattern_fanout(mask, i / 9) * pattern_fanout(mask, i / 3 % 3) * pattern_fanout(mask, i % 3) > 0 ? 1 : 0;
+    return n;
+}
+__host__ __device__ constexpr bool pattern_reads(int mask, int s3, int r3);
+// Entry index of (3-D shift s3, window offset r3).
+__host__ __device__ constexpr int pattern_entry(int mask, int s3, int r3) {
+    int n = pattern_entries_before(mask, s3);
+    for (int i = 0; i < r3; ++i) n += pattern_reads(mask, s3, i) ? 1 : 0;
+    return n;
+}
+__host__ __device__ constexpr int pattern_first_shift(int mask, int r) {
+    return pattern_uses(mask, r, 0) ? 0 : pattern_uses(mask, r, 1) ? 1 : 2;
+}
+__host__ __device__ constexpr bool pattern_reads(int mask, int s3, int r3) {
+    return pattern_uses(mask, r3 / 4, s3 / 9) && pattern_uses(mask, r3 / 2 % 2, s3 / 3 % 3) &&
+           pattern_uses(mask, r3 % 2, s3 % 3);
+}
+__host__ __device__ constexpr int pattern_last_shift(int mask, int r) {
+    return pattern_uses(mask, r, 2) ? 2 : pattern_uses(mask, r, 1) ? 1 : 0;
+}
+// The shift group after which window offset r3's products are complete.
+__host__ __device__ constexpr int pattern_last_group(int mask, int r3) {
+    return pattern_groups_before(mask, 9 * pattern_last_shift(mask, r3 / 4) + 3 * pattern_last_shift(mask, r3 / 2 % 2) +
+                                           pattern_last_shift(mask, r3 % 2));
+}
+// The window offset pooled first (the earliest complete), which starts `best`.
+__host__ __device__ constexpr int pattern_first_pooled(int mask) {
+    int first = 0;
+    for (int r3 = 1; r3 < 8; ++r3)
+        if (pattern_last_group(mask, r3) < pattern_last_group(mask, first)) first = r3;
+    return first;
+}
+
+#if defined(MODEL_C_WGMMA)
+// The weight block in the shift kernel's order: chunk (q, e, s) = 16-channel group q, entry e (shift-major,
+// window offsets in order within a shift), k step s; B(k = ci % 8, n) as in the register kernel.
+// f(integral_constant<int, I>) for I = 0 .. N - 1, in order, each I a constant expression: the shift
+// sequence must be resolved at compile time (accumulator sets and operand buffers are registers).
+template <typename F, int... I>
+__device__ __forceinline__ void static_for_each(F&& f, std::integer_sequence<int, I...>) {
+    (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+    static_for_each(f, std::make_integer_sequence<int, N>{});
+}
+
+template <int NT, int MASK>
+__device__ __forceinline__ void stage_weights_shift_order(const Params& p, float* w_s, int co0) {
+    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, false>();
+    constexpr int kEntries = pattern_entries_before(MASK, 27);
+    // k_of[d][r][s]: the kernel index of window offset r's tap that reads shift s along dimension d.
+    int k_of[3][2][3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int sh = 0; sh < 3; ++sh) {
+                k_of[d][r][sh] = 0;
+                for (int j = p.tap_start[d][r]; j < p.tap_start[d][r + 1]; ++j)
+                    if (p.tap_c[d][j] == sh) k_of[d][r][sh] = p.tap_k[d][j];
+            }
+    for (int pair = threadIdx.x; pair < p.ci_padded * kChannels; pair += kShiftThreads) {
+        const int n = pair % kChannels, ci = pair / kChannels;
+        const bool ok = ci < p.in_channels && co0 + n < p.out_channels;
+        const float sign = ok && __ldg(p.multiplier + co0 + n) < 0.f ? -1.f : 1.f;
+        const float* src = p.weight + (static_cast<int64_t>(ok ? ci : 0) * p.out_channels + (ok ? co0 + n : 0)) * p.taps;
+        float* dst = w_s + ((ci / 16) * kEntries * 2 + (ci / 8) % 2) * kChunk + weight_chunk_offset(ci % 8, n);
+        float v[kEntries];  // all loads first, then the stores: one memory round trip per pair
+        static_for<27 * 8>([&](auto i_constant) {
+            constexpr int s3 = decltype(i_constant)::value / 8, r3 = decltype(i_constant)::value % 8;
+            if constexpr (pattern_reads(MASK, s3, r3)) {
+                constexpr int e = pattern_entry(MASK, s3, r3);
+                const int tap = (k_of[0][r3 / 4][s3 / 9] * p.kernel[1] + k_of[1][r3 / 2 % 2][s3 / 3 % 3]) * p.kernel[2] +
+                                k_of[2][r3 % 2][s3 % 3];
+                v[e] = __ldg(src + tap);
+            }
+        });
+#pragma unroll
+        for (int e = 0; e < kEntries; ++e) dst[e * 2 * kChunk] = __uint_as_float(to_tf32(ok ? v[e] * sign : 0.f));
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
+}
+
+// One m64 block, one 16-channel group: every window offset's products, shift by shift. a0: this thread's
+// row g word (plane t) at shift 0; row g + 8 is one box line further (line floats); a shift moves it by
+// sd * plane_floats + sh * line_floats + 4 sw. b_q: descriptor low word of the group's first chunk.
+// FIRST: group 0, where each window offset's first product starts its accumulator. POOL: the last group
+// with the pool-first epilogue: a window offset is max-pooled into `best` as soon as its products are done,
+// while the later shifts' products run.
+template <int NT, int MASK, bool FIRST, bool POOL>
+__device__ __forceinline__ void shift_block_gemm(float (&acc)[8][NT][4], float (&best)[NT][4], const float* a0,
+                                                 int line_floats, int plane_floats, uint32_t b_q) {
+    constexpr uint32_t kChunkUnits = weight_chunk_floats<NT, false>() * sizeof(float) >> 4;
+    constexpr int kBuffers = 3;
+    constexpr int kGroups = pattern_groups_before(MASK, 27);
+    uint32_t a[kBuffers][2][4];
+    // Pool the window offsets whose last group is `done` (complete: waited for).
+    auto pool_done = [&](auto done_constant) {
+        constexpr int done = decltype(done_constant)::value;
+        static_for<8>([&](auto r3_constant) {
+            constexpr int r3 = decltype(r3_constant)::value;
+            if constexpr (pattern_last_group(MASK, r3) == done) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        best[nt][j] = r3 == pattern_first_pooled(MASK) ? acc[r3][nt][j] : nan_max(best[nt][j], acc[r3][nt][j]);
+            }
+        });
+    };
+    static_for<27>([&](auto s3_constant) {
+        constexpr int s3 = decltype(s3_constant)::value;
+        constexpr int fanout = pattern_fanout(MASK, s3 / 9) * pattern_fanout(MASK, s3 / 3 % 3) * pattern_fanout(MASK, s3 % 3);
+        if constexpr (fanout > 0) {
+            constexpr int group = pattern_groups_before(MASK, s3), buf = group % kBuffers;
+            if constexpr (group >= kBuffers) {
+                wgmma_wait<kBuffers - 1>();  // the group that used this buffer is done
+                if constexpr (POOL) pool_done(std::integral_constant<int, group - kBuffers>{});
+            }
+            const float* src = a0 + (s3 / 9) * plane_floats + (s3 / 3 % 3) * line_floats + 4 * (s3 % 3);
+            const float4 v0 = *reinterpret_cast<const float4*>(src);
+            const float4 v1 = *reinterpret_cast<const float4*>(src + line_floats);
+            a[buf][0][0] = round_tf32_bits(v0.x);
+            a[buf][0][1] = round_tf32_bits(v1.x);
+            a[buf][0][2] = round_tf32_bits(v0.y);
+            a[buf][0][3] = round_tf32_bits(v1.y);
+            a[buf][1][0] = round_tf32_bits(v0.z);
+            a[buf][1][1] = round_tf32_bits(v1.z);
+            a[buf][1][2] = round_tf32_bits(v0.w);
+            a[buf][1][3] = round_tf32_bits(v1.w);
+            // Pin the rounded operands before the fence (else the front end may sink the adds past it, and
+            // ptxas injects a warpgroup.arrive before each wgmma that reads them, C7519).
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[buf][ks][j]));
+            wgmma_fence();
+            static_for<8>([&](auto r3_constant) {
+                constexpr int r3 = decltype(r3_constant)::value;
+                if constexpr (pattern_reads(MASK, s3, r3)) {
+                    constexpr int e = pattern_entry(MASK, s3, r3);
+                    constexpr bool first = FIRST && s3 == 9 * pattern_first_shift(MASK, r3 / 4) +
+                                                              3 * pattern_first_shift(MASK, r3 / 2 % 2) +
+                                                              pattern_first_shift(MASK, r3 % 2);
+                    wgmma_tf32<NT, !first>(acc[r3], a[buf][0], b_q + (2 * e) * kChunkUnits);
+                    wgmma_tf32<NT, true>(acc[r3], a[buf][1], b_q + (2 * e + 1) * kChunkUnits);
+                }
+            });
+            wgmma_commit();
+        }
+    });
+    wgmma_wait<0>();
+    if constexpr (POOL)
+        static_for<kBuffers>([&](auto i) {
+            constexpr int done = kGroups - kBuffers + decltype(i)::value;
+            if constexpr (done >= 0) pool_done(std::integral_constant<int, done>{});
+        });
+}
+#endif
+
+template <int NT, int MASK, bool POOL_FIRST>
+__global__ void __launch_bounds__(kShiftThreads, 1) convtranspose_leaky_pool_shift_kernel(const Params p) {
+#if defined(MODEL_C_WGMMA)
+    constexpr int kChannels = 8 * NT, kLanes = 4;
+    constexpr int kChunk = weight_chunk_floats<NT, false>();
+    constexpr int kEntries = pattern_entries_before(MASK, 27);
+    constexpr uint32_t kGroupUnits = 2 * kEntries * (kChunk * sizeof(float) >> 4);
+    extern __shared__ __align__(128) float smem[];
+    float* w_s = smem;
+    float* x_s = smem + static_cast<size_t>(p.taps) * (p.ci_padded / 8) * kChunk;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4, w4 = warp % 4;
+    const int wg = static_cast<int>(warp_uniform(warp / 4));
+    const int co0 = blockIdx.y * kChannels;
+    const int groups = p.ci_padded / 16;
+    const int box_floats = groups * p.group_stride;
+    float* bias_s = x_s + 2 * box_floats;
+    float* mult_s = bias_s + kChannels;
+    float4* f_s = reinterpret_cast<float4*>(mult_s + kChannels);
+    int* list_start = reinterpret_cast<int*>(f_s + kChannels);
+    int2* list = reinterpret_cast<int2*>(list_start + ((p.windows + 2) & ~1));
+    uint64_t* box_ready = reinterpret_cast<uint64_t*>(list + p.tap_entries * (p.ci_padded / 16));
+    if (threadIdx.x == 0) {
+        mbarrier_init(&box_ready[0], kShiftThreads);
+        mbarrier_init(&box_ready[1], kShiftThreads);
+    }
+    zero_padded_channels<kLanes, kShiftThreads>(p, x_s, box_floats);
+    __syncthreads();
+
+    int tile = blockIdx.x;
+    if (tile < p.num_tiles) stage_input_box<true, kShiftThreads>(p, locate_tile(p, tile), x_s);
+    cp_async_commit();
+    stage_weights_shift_order<NT, MASK>(p, w_s, co0);
+    stage_channel_tables<kChannels, kShiftThreads>(p, co0, bias_s, mult_s, f_s);
+    const uint32_t b_desc = weight_descriptor_low(w_s);
+
+    const int blocks_w = p.tile[2] / 8, blocks_h = p.tile[1] / 8;
+    const int line_floats = 4 * p.extent[2], plane_floats = 4 * p.extent[1] * p.extent[2];
+    const int plane = p.pooled[0] * p.pooled[1] * p.pooled[2];
+
+    cp_async_wait<0>();
+    mbarrier_arrive(&box_ready[0]);
+    for (int buf = 0, round = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1, ++round) {
+        mbarrier_wait(&box_ready[buf], (round >> 1) & 1);
+        const float* box = x_s + buf * box_floats;
+        const int next = tile + static_cast<int>(gridDim.x);
+        if (next < p.num_tiles) stage_input_box<true, kShiftThreads>(p, locate_tile(p, next), x_s + (buf ^ 1) * box_floats);
+        cp_async_commit();
+        const TileOrigin o = locate_tile(p, tile);
+        float* const out_t = p.out + (static_cast<int64_t>(o.n) * p.out_channels + co0 + 2 * t) * plane;
+        for (int i = 0; i < 4; ++i) {
+            const int bk = 2 * i + wg;
+            const int bd = bk / (blocks_w * blocks_h), bh = (bk / blocks_w) % blocks_h * 8, bw = (bk % blocks_w) * 8;
+            const float* a0 = box + t * p.quad_stride + 4 * ((bd * p.extent[1] + bh + 2 * w4) * p.extent[2] + bw + g);
+            float acc[8][NT][4], best[NT][4];
+            if (groups == 1) {
+                shift_block_gemm<NT, MASK, true, POOL_FIRST>(acc, best, a0, line_floats, plane_floats, b_desc);
+            } else {
+                shift_block_gemm<NT, MASK, true, false>(acc, best, a0, line_floats, plane_floats, b_desc);
+                for (int q = 1; q < groups - 1; ++q)
+                    shift_block_gemm<NT, MASK, false, false>(acc, best, a0 + q * p.group_stride, line_floats,
+                                                             plane_floats, b_desc + q * kGroupUnits);
+                shift_block_gemm<NT, MASK, false, POOL_FIRST>(acc, best, a0 + (groups - 1) * p.group_stride,
+                                                              line_floats, plane_floats,
+                                                              b_desc + (groups - 1) * kGroupUnits);
+            }
+            // POOL_FIRST: best is the max over the 8 window offsets; else the max of f. Then f and the stores:
+            // this thread's rows g (line 2 w4) and g + 8 (the next line).
+            if constexpr (!POOL_FIRST) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float m = mult_s[nt * 8 + 2 * t + c], b = bias_s[nt * 8 + 2 * t + c];
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            float v = -INFINITY;
+#pragma unroll
+                            for (int r3 = 0; r3 < 8; ++r3) {
+                                const float y = m >= 0.f ? acc[r3][nt][2 * h + c] : -acc[r3][nt][2 * h + c];
+                                v = nan_max(v, leaky(m * leaky(y + b, p.slope), p.slope));
+                            }
+                            best[nt][2 * h + c] = v;
+                        }
+                    }
+            }
+            const int pd = o.p0[0] + bd, ph = o.p0[1] + bh + 2 * w4, pw = o.p0[2] + bw + g;
+            const bool ok0 = pd < p.pooled[0] && ph < p.pooled[1] && pw < p.pooled[2];
+            const bool ok1 = pd < p.pooled[0] && ph + 1 < p.pooled[1] && pw < p.pooled[2];
+            float* const row0 = out_t + (static_cast<uint32_t>(pd) * p.pooled[1] + ph) * p.pooled[2] + pw;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int n_local = nt * 8 + 2 * t + c;
+                    if (co0 + n_local >= p.out_channels) continue;
+                    const float4 k = f_s[n_local];
+                    float v0 = best[nt][c], v1 = best[nt][2 + c];
+                    if constexpr (POOL_FIRST) {
+                        const float u0 = fmaf(k.x, v0, k.y), u1 = fmaf(k.x, v1, k.y);
+                        v0 = u0 * (u0 >= 0.f ? k.z : k.w);
+                        v1 = u1 * (u1 >= 0.f ? k.z : k.w);
+                    }
+                    float* dst = row0 + static_cast<int64_t>(nt * 8 + c) * plane;
+                    if (ok0) dst[0] = v0;
+                    if (ok1) dst[p.pooled[2]] = v1;
+                }
+        }
+        cp_async_wait<0>();
+        mbarrier_arrive(&box_ready[buf ^ 1]);
+    }
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side: the plan (tile shape, shared memory), the envelope, the launcher.
 // ---------------------------------------------------------------------------------------------
@@ -1304,7 +1616,7 @@ const DeviceLimits& device_limits(int device) {
 // Resident blocks per SM for `kernel` with `smem_bytes` of dynamic shared memory, after raising the
 // kernel's shared-memory limit to the device's maximum; both done once per (kernel, device, bytes).
 template <typename Kernel>
-int blocks_per_sm(Kernel kernel, size_t smem_bytes, int device) {
+int blocks_per_sm(Kernel kernel, size_t smem_bytes, int device, int threads = kThreads) {
     static std::mutex mutex;
     static std::map<std::tuple<const void*, int, size_t>, int> cache;
     const std::lock_guard<std::mutex> lock(mutex);
@@ -1314,7 +1626,7 @@ int blocks_per_sm(Kernel kernel, size_t smem_bytes, int device) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             device_limits(device).smem_optin));
         int per_sm = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
         it = cache.emplace(key, std::max(per_sm, 1)).first;
     }
     return it->second;
@@ -1325,6 +1637,7 @@ struct Plan {
     int nt = 4;
     bool quad = false;  // the box in groups of 16 channels (one 16-byte A load per two k8 steps), else 8
     bool smem_a = false;  // TF32 with A read from the box by descriptor (convtranspose_leaky_pool_ss_kernel)
+    int shift_mask = -1;  // >= 0: TF32 with A shared across window offsets (convtranspose_leaky_pool_shift_kernel)
     size_t smem_bytes = 0;
     int64_t num_tiles = 0;  // params.num_tiles before the 2^31 check
     std::string problem;  // empty when the fused path applies
@@ -1333,7 +1646,8 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why the fused path does not apply.
 Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
                c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
-               bool allow_tf32, int device, int64_t channels_per_block = 0, bool smem_a = true) {
+               bool allow_tf32, int device, int64_t channels_per_block = 0, bool smem_a = true,
+               bool share_a = true) {
     Plan plan;
     Params& p = plan.params;
     auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
@@ -1496,6 +1810,24 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
             chosen = cand;
         }
     }
+    // A shared across window offsets: where A from shared memory applies, and pool 2 = stride 2 everywhere,
+    // the same shift pattern in every dimension, one this build has (kShiftMasks; every window offset has
+    // taps), 32-channel blocks.
+    if (chosen.smem_a && share_a && p.pool == 2 && chosen.nt == 4) {
+        int masks[3] = {0, 0, 0};
+        bool ok = true;
+        for (int d = 0; d < 3; ++d) {
+            ok = ok && p.stride[d] == 2;
+            for (int r = 0; r < 2 && ok; ++r)
+                for (int j = p.tap_start[d][r]; j < p.tap_start[d][r + 1]; ++j) {
+                    ok = ok && p.tap_c[d][j] < 3;
+                    if (ok) masks[d] |= 1 << (3 * r + p.tap_c[d][j]);
+                }
+        }
+        ok = ok && masks[0] == masks[1] && masks[1] == masks[2] && (masks[0] & 7) && (masks[0] >> 3);
+        for (const int mask : kShiftMasks)
+            if (ok && masks[0] == mask) chosen.shift_mask = mask;
+    }
     if (chosen_outputs > 0) {
         if (chosen.num_tiles > INT32_MAX)
             return fail("the batch is too large for one launch (" + std::to_string(chosen.num_tiles) +
@@ -1520,14 +1852,15 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t c_in, int64
 py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
                        std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
                        std::vector<int64_t> output_padding, int64_t pool, int64_t device, bool allow_tf32,
-                       int64_t channels_per_block, bool smem_a) {
+                       int64_t channels_per_block, bool smem_a, bool share_a) {
     const Plan plan = make_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool,
-                                allow_tf32, static_cast<int>(device), channels_per_block, smem_a);
+                                allow_tf32, static_cast<int>(device), channels_per_block, smem_a, share_a);
     py::dict d;
     d["problem"] = plan.problem;
     d["wgmma"] = device_limits(static_cast<int>(device)).wgmma;
     if (!plan.problem.empty()) return d;
-    d["kernel"] = !allow_tf32 ? "3xTF32" : plan.smem_a ? "TF32, A from shared memory" : "TF32, A from registers";
+    d["kernel"] = !allow_tf32 ? "3xTF32" : plan.shift_mask >= 0 ? "TF32, A shared across window offsets"
+                  : plan.smem_a ? "TF32, A from shared memory" : "TF32, A from registers";
     d["tile"] = std::vector<int>{plan.params.tile[0], plan.params.tile[1], plan.params.tile[2]};
     d["channels_per_block"] = 8 * plan.nt;
     d["channel_group"] = plan.quad ? 16 : 8;
@@ -1544,8 +1877,33 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
     TORCH_CHECK(t.is_contiguous(), "forward: ", name, " must be contiguous");
 }
 
+// The TF32 kernel that shares A across window offsets, when the plan's pattern is MASK (32-channel blocks).
+template <int MASK>
+bool launch_shift(const Plan& plan, cudaStream_t stream, int device) {
+    if (plan.shift_mask != MASK) return false;
+    const auto kernel = plan.params.slope >= 0.f ? convtranspose_leaky_pool_shift_kernel<4, MASK, true>
+                                                 : convtranspose_leaky_pool_shift_kernel<4, MASK, false>;
+    const int64_t channel_blocks = (plan.params.out_channels + 31) / 32;
+    const int64_t resident = static_cast<int64_t>(blocks_per_sm(kernel, plan.smem_bytes, device, kShiftThreads)) *
+                             device_limits(device).sms;
+    const int64_t grid_x = std::max<int64_t>(1, std::min<int64_t>(plan.params.num_tiles,
+                                                         (resident + channel_blocks - 1) / channel_blocks));
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(channel_blocks));
+    kernel<<<grid, kShiftThreads, plan.smem_bytes, stream>>>(plan.params);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return true;
+}
+
 template <int NT>
 void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
+    if constexpr (NT == 4)
+        if (allow_tf32 && plan.shift_mask >= 0) {
+            const bool launched = launch_shift<9>(plan, stream, device) || launch_shift<17>(plan, stream, device) ||
+                                  launch_shift<19>(plan, stream, device) || launch_shift<25>(plan, stream, device) ||
+                                  launch_shift<27>(plan, stream, device);
+            TORCH_CHECK(launched, "forward: no shift kernel for pattern ", plan.shift_mask, " (kShiftMasks)");
+            return;
+        }
     const auto kernel = !allow_tf32    ? convtranspose_leaky_pool_kernel<NT, true, false>
                         : plan.smem_a ? convtranspose_leaky_pool_ss_kernel<NT>
                         : plan.quad   ? convtranspose_leaky_pool_kernel<NT, false, true>
@@ -1563,7 +1921,7 @@ void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& multiplier, std::vector<int64_t> stride, std::vector<int64_t> padding,
                       std::vector<int64_t> output_padding, int64_t pool, double slope, bool allow_tf32,
-                      const torch::Tensor& out, int64_t channels_per_block, bool smem_a) {
+                      const torch::Tensor& out, int64_t channels_per_block, bool smem_a, bool share_a) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ",
                 c10::toString(x.scalar_type()));
@@ -1584,7 +1942,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
-                          output_padding, pool, allow_tf32, device, channels_per_block, smem_a);
+                          output_padding, pool, allow_tf32, device, channels_per_block, smem_a, share_a);
     TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
     const Params& p = plan.params;
     TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
@@ -1624,11 +1982,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "else 3xTF32 (fp32-accurate)",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("multiplier"), py::arg("stride"),
           py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("slope"), py::arg("allow_tf32"),
-          py::arg("out"), py::arg("channels_per_block") = 0, py::arg("smem_a") = true);
+          py::arg("out"), py::arg("channels_per_block") = 0, py::arg("smem_a") = true, py::arg("share_a") = true);
     m.def("describe_plan", &model_c_v3::describe_plan,
           "the plan forward would run: {'problem': '' or why not, 'kernel', 'tile', 'channels_per_block', "
           "'channel_group', 'smem_bytes', 'tiles', 'wgmma'}",
           py::arg("in_size"), py::arg("batch"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel"),
           py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"),
-          py::arg("allow_tf32") = false, py::arg("channels_per_block") = 0, py::arg("smem_a") = true);
+          py::arg("allow_tf32") = false, py::arg("channels_per_block") = 0, py::arg("smem_a") = true,
+          py::arg("share_a") = true);
 }

@@ -30,8 +30,8 @@ def test_tf32_mode_parity():
     ext = C._load_extension(C.KERNEL_V3)
     plan = ext.describe_plan([C.depth, C.height, C.width], 4, C.in_channels, C.out_channels, [C.kernel_size] * 3,
                              [C.stride] * 3, [C.padding] * 3, [C.output_padding] * 3, 2, torch.cuda.current_device(), True)
-    if plan["wgmma"]:  # on an H100 with the sm_90a build: the kernel that reads A from shared memory
-        assert plan["kernel"] == "TF32, A from shared memory"
+    if plan["wgmma"]:  # on an H100 with the sm_90a build: the kernel that shares A across window offsets
+        assert plan["kernel"] == "TF32, A shared across window offsets"
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(4, 16, 16, 32, 32, device="cuda")], seeds=(3,),
                          shifts=(0.0,), tf32=set(C.VARIANTS))
 
@@ -67,10 +67,11 @@ def test_v3_envelope_cases(init, shape, pool, slope):
 class _V3Build(torch.nn.Module):
     """ModelNew's v3 forward through a given build of the v3 kernel (its own weights, loaded by the sweep)."""
 
-    def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2, smem_a=True):
+    def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2, smem_a=True, share_a=True):
         super().__init__()
         self.fused = C.ModelNew(*init, allow_tf32=allow_tf32, pool=pool, negative_slope=slope)
-        self.ext, self.allow_tf32, self.pool, self.slope, self.smem_a = ext, allow_tf32, pool, slope, smem_a
+        self.ext, self.allow_tf32, self.pool, self.slope = ext, allow_tf32, pool, slope
+        self.smem_a, self.share_a = smem_a, share_a
 
     def load_state_dict(self, state, *args, **kwargs):
         return self.fused.load_state_dict(state, *args, **kwargs)
@@ -83,7 +84,7 @@ class _V3Build(torch.nn.Module):
             out = torch.empty((x.shape[0], ct.out_channels, *(n // p for n in size)), device=x.device)
         return self.ext.forward(x, ct.weight, ct.bias, self.fused.multiplier.reshape(-1), list(ct.stride),
                                 list(ct.padding), list(ct.output_padding), p, self.slope, self.allow_tf32, out,
-                                smem_a=self.smem_a)
+                                smem_a=self.smem_a, share_a=self.share_a)
 
     def kernel_name(self, x):
         """Which v3 kernel forward runs for x (the build's describe_plan)."""
@@ -91,7 +92,7 @@ class _V3Build(torch.nn.Module):
         return self.ext.describe_plan(list(x.shape[2:]), x.shape[0], ct.in_channels, ct.out_channels,
                                       list(ct.kernel_size), list(ct.stride), list(ct.padding),
                                       list(ct.output_padding), self.pool, x.device.index, self.allow_tf32,
-                                      smem_a=self.smem_a)["kernel"]
+                                      smem_a=self.smem_a, share_a=self.share_a)["kernel"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -128,7 +129,8 @@ def test_v3_tf32_smem_a_kernel_parity(init, shape, slope):
     ext = C._load_extension(C.KERNEL_V3)
     model = C.Model(*init).cuda()
     model.leaky_relu.negative_slope = slope
-    fused = {f"v3 tf32 A from {where}": _V3Build(init, ext, True, slope=slope, smem_a=(where == "smem")).cuda()
+    fused = {f"v3 tf32 A from {where}": _V3Build(init, ext, True, slope=slope, smem_a=(where == "smem"),
+                                                 share_a=False).cuda()
              for where in ("smem", "registers")}
     x = torch.rand(shape, device="cuda")
     if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1,
@@ -137,6 +139,36 @@ def test_v3_tf32_smem_a_kernel_parity(init, shape, slope):
     assert fused["v3 tf32 A from smem"].kernel_name(x) == "TF32, A from shared memory"
     assert fused["v3 tf32 A from registers"].kernel_name(x) == "TF32, A from registers"
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(21, 22),
+                         shifts=(0.0,), tf32=set(fused))
+
+
+# TF32 with A shared across window offsets (sm_90a): where A from shared memory applies with 32-channel blocks,
+# pool 2 = stride 2 and a shift pattern the build has (kernel 2, 3 or 4; see kShiftMasks), against the two
+# other TF32 kernels on the same weights.
+@pytest.mark.parametrize("init, shape, slope", [
+    ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (2, 16, 8, 16, 16), 0.2),   # KernelBench's layer, smaller (pattern 25)
+    ([32, 40, 2, 2, 0, 0, (40, 1, 1, 1)], (1, 32, 3, 8, 8), 0.2),     # two channel groups, a partial 2nd block (9)
+    ([16, 17, 3, 2, 1, 0, (17, 1, 1, 1)], (3, 16, 4, 9, 12), 0.0),    # C_out 17, slope 0, partial tiles
+    ([16, 20, 3, 2, 0, 1, (20, 1, 1, 1)], (1, 16, 4, 9, 10), -0.2),   # kernel 3, padding 0 (19); slope < 0
+    ([16, 24, 2, 2, 0, 0, (24, 1, 1, 1)], (2, 16, 3, 8, 10), 0.2),    # kernel 2, padding 0 (9)
+    ([16, 24, 2, 2, 1, 1, (24, 1, 1, 1)], (2, 16, 4, 9, 10), 0.1),    # kernel 2, padding 1 (17)
+    ([16, 32, 4, 2, 0, 0, (32, 1, 1, 1)], (1, 16, 3, 8, 9), -0.1),    # kernel 4, padding 0 (27); slope < 0
+    ([16, 32, 3, 2, 2, 1, (32, 1, 1, 1)], (5, 16, 5, 10, 10), 0.2),   # padding 2 (19), batch 5
+])
+def test_v3_tf32_shared_a_kernel_parity(init, shape, slope):
+    ext = C._load_extension(C.KERNEL_V3)
+    model = C.Model(*init).cuda()
+    model.leaky_relu.negative_slope = slope
+    builds = {"shared": dict(), "smem": dict(share_a=False), "registers": dict(smem_a=False)}
+    fused = {f"v3 tf32 A {where}": _V3Build(init, ext, True, slope=slope, **kw).cuda() for where, kw in builds.items()}
+    x = torch.rand(shape, device="cuda")
+    if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1,
+                             x.device.index)["wgmma"]:
+        pytest.skip("this build has no wgmma (not sm_90a on a compute capability 9.0 GPU)")
+    assert fused["v3 tf32 A shared"].kernel_name(x) == "TF32, A shared across window offsets"
+    assert fused["v3 tf32 A smem"].kernel_name(x) == "TF32, A from shared memory"
+    assert fused["v3 tf32 A registers"].kernel_name(x) == "TF32, A from registers"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(31, 32),
                          shifts=(0.0,), tf32=set(fused))
 
 
