@@ -27,9 +27,9 @@
 //   (m64 x n(8 NT) x k8, A from registers, B = the weights from shared memory) when built for sm_90a,
 //   else on mma.sync m16n8k8 with the same operands. The fp32-accurate default splits each operand
 //   a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo + a_hi*b_hi
-//   ("3xTF32": about fp32's accuracy at 3x TF32's cost), each k8 step's three products into a fresh
-//   partial sum that joins the accumulator through an fp32 add (the tensor core truncates when it adds
-//   to a large running sum). The TF32 mode (allow_tf32) does a_hi*b_hi only, like cuDNN with
+//   ("3xTF32": about fp32's accuracy at 3x TF32's cost), each k8 step's three products (in the kernel
+//   that shares A, each 16-channel entry's six) into a fresh partial sum that joins the accumulator
+//   through an fp32 add (the tensor core truncates when it adds to a large running sum). The TF32 mode (allow_tf32) does a_hi*b_hi only, like cuDNN with
 //   allow_tf32 (10-bit mantissas, relative error ~1e-4). In the TF32 mode on sm_90a, when the pool
 //   equals the stride along W, the box holds 16-channel groups and pooled H and W are at least 8, a
 //   second kernel (convtranspose_leaky_pool_ss_kernel) reads A from shared memory as well: the staged
@@ -37,7 +37,9 @@
 //   besides, the pool equals the stride of 2 in every dimension with kernel 2, 3 or 4 the same along all
 //   three (kShiftMasks) and 32-channel blocks, a third kernel (convtranspose_leaky_pool_shift_kernel) reads
 //   A once per shift of the box and shares it across the window offsets that read that shift (27 (offset,
-//   tap) pairs, 8 shifts at the KernelBench size): 8 warps, 8 accumulator sets in registers.
+//   tap) pairs, 8 shifts at the KernelBench size): 8 warps, 8 accumulator sets in registers. It runs the
+//   fp32-accurate mode too (A split into hi and lo in registers, two partial-sum sets) wherever the same
+//   conditions hold and its hi and lo weights fit beside a full tile (kernel 2 or 3; not kernel 4).
 //
 // Tiling
 //   One CTA = 16 warps = up to 512 pooled positions (a TD x TH x TW box of one sample, picked on the
@@ -80,13 +82,13 @@
 //   kernel 1..7, stride 1..P with P % stride == 0 in every dimension, padding and output_padding as
 //   PyTorch allows, 1 <= P <= 8, any slope, C_out x the pooled output's D x H x W below 2^31, fewer
 //   than 2^31 tiles, and the weight block plus two input boxes fitting in the GPU's shared memory
-//   (232,448 bytes on an H100). The KernelBench configuration takes 218,840 bytes fp32-accurate (the
-//   weights twice, hi and lo) and 171,280 in TF32 (A from shared memory), with 512-position tiles. When
+//   (232,448 bytes on an H100). The KernelBench configuration takes 226,576 bytes fp32-accurate (the
+//   weights twice, hi and lo, beside 16-channel boxes) and 171,280 in TF32, with 512-position tiles. When
 //   the weights crowd out the boxes, the plan narrows the channel block (32 -> 16 -> 8 channels) or
 //   shrinks the tile (idle warps), whichever leaves a CTA more outputs per tile; a configuration that
 //   fits in neither way runs v2. The TF32 kernel with A from shared memory needs full 512-position tiles
-//   of 8 x 8 (h, w) blocks; where they do not fit (or the other conditions above fail), the TF32 mode
-//   runs the kernel that loads A into registers (describe_plan says which).
+//   of 8 x 8 (h, w) blocks, as does the kernel that shares A; where they do not fit (or the other
+//   conditions above fail), the kernel that loads A into registers runs (describe_plan says which).
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_c_v3", cpp_sources="",
@@ -100,7 +102,7 @@
 //               channels_per_block=0, smem_a=True, share_a=True) -> out
 //       (channels per CTA: 8, 16, 32, or 0 to pick from C_out; smem_a=False keeps the TF32 mode on the
 //       kernel that loads A into registers, share_a=False on the kernel that reads A from shared memory per
-//       window offset, for comparison)
+//       window offset, and the fp32-accurate mode on the kernel that loads A into registers, for comparison)
 //   ext.describe_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
 //                     allow_tf32=False, channels_per_block=0, smem_a=True, share_a=True)
 //       -> {'problem', 'wgmma', 'kernel', 'tile', 'channels_per_block', 'channel_group', 'smem_bytes', 'tiles'}
@@ -270,11 +272,15 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 // d = a * b (ACCUMULATE false: d is only written, so it needs no value before) or d += a * b, for the
-// warpgroup's m64 x n(8 NT) x k8 tile; b by its descriptor's low word.
-template <int NT, bool ACCUMULATE>
+// warpgroup's m64 x n(8 NT) x k8 tile; b by its descriptor's low word. TIED (with ACCUMULATE false): d = a * b
+// in the form that reads and writes d (scale-d = 0 ignores what it reads, so d may hold no value yet): the
+// product lands in d's own registers. The fp32-accurate shift kernel needs it: with d as a fresh output,
+// ptxas gave every partial sum registers of its own and spilled ~500 bytes (marking the accumulators written
+// first, with an empty asm, still left 24-44 bytes of spills).
+template <int NT, bool ACCUMULATE, bool TIED = false>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a)[4], uint32_t b_desc_low) {
     static_assert(NT == 1 || NT == 2 || NT == 4, "NT is 1, 2 or 4");
-    if constexpr (NT == 1 && ACCUMULATE) {
+    if constexpr (NT == 1 && (ACCUMULATE || TIED)) {
         asm volatile(
             "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %10, 0;\nmov.b32 hi, %9;\n"
             "mov.b64 desc, {%8, hi};\n"
@@ -290,7 +296,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a
             : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
               "n"(ACCUMULATE ? 1 : 0));
-    } else if constexpr (NT == 2 && ACCUMULATE) {
+    } else if constexpr (NT == 2 && (ACCUMULATE || TIED)) {
         asm volatile(
             "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %14, 0;\nmov.b32 hi, %13;\n"
             "mov.b64 desc, {%12, hi};\n"
@@ -310,7 +316,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[NT][4], const uint32_t (&a
               "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kDescriptorHigh),
               "n"(ACCUMULATE ? 1 : 0));
-    } else if constexpr (NT == 4 && ACCUMULATE) {
+    } else if constexpr (NT == 4 && (ACCUMULATE || TIED)) {
         asm volatile(
             "{\n.reg .pred p;\n.reg .b32 hi;\n.reg .b64 desc;\nsetp.ne.b32 p, %22, 0;\nmov.b32 hi, %21;\n"
             "mov.b64 desc, {%20, hi};\n"
@@ -1261,7 +1267,7 @@ __global__ void __launch_bounds__(kThreads, 1) convtranspose_leaky_pool_ss_kerne
 
 
 // ---------------------------------------------------------------------------------------------
-// The TF32 kernel that shares A across window offsets (sm_90a; pool 2 = stride 2 in every dimension).
+// The kernel that shares A across window offsets (sm_90a; pool 2 = stride 2 in every dimension).
 // With a unit step, a window offset's tap is a shift of the box; different (offset, tap) pairs read the
 // same shift (KernelBench: 27 pairs, 8 shifts). This kernel walks the shifts: per m64 block and 16-channel
 // group, each shift's A (two 16-byte loads per thread, rounded in registers) is loaded once and multiplied
@@ -1269,7 +1275,9 @@ __global__ void __launch_bounds__(kThreads, 1) convtranspose_leaky_pool_ss_kerne
 // 8 * 4 * NT registers: 8 warps per CTA for the 255-register cap). Which offsets read which shift is a
 // compile-time pattern (one per dimension, the same for all three), so the whole sequence is straight-line
 // code: A in three register buffers, `wgmma_wait<2>` before a buffer is reloaded, no branch between a
-// `wgmma` and its wait. Weights staged once in the sequence's order: [group][entry][k step] chunks.
+// `wgmma` and its wait. Weights staged once in the sequence's order: [group][entry][k step] chunks. The
+// fp32-accurate mode (SPLIT3) walks the same sequence with A split into hi and lo and the weights staged as
+// hi and lo (shift_block_gemm_3xtf32).
 // ---------------------------------------------------------------------------------------------
 constexpr int kShiftWarps = 8;
 constexpr int kShiftThreads = kShiftWarps * 32;
@@ -1277,6 +1285,8 @@ constexpr int kShiftThreads = kShiftWarps * 32;
 // kernel 3: 19 (even), 25 (odd: KernelBench); kernel 4: 27 (even). (Kernel 4 with an odd padding reads
 // three shifts per dimension: its boxes and weights do not fit beside each other with 16 channels.)
 constexpr int kShiftMasks[] = {9, 17, 19, 25, 27};
+// The fp32-accurate mode is built for all but kernel 4 (27): its 64 taps' weights, hi and lo, take 256 KB.
+__host__ __device__ constexpr bool shift_fp32_built(int mask) { return mask != 27; }
 
 // Pattern bit 3 r + s: window offset r (0, 1) reads box shift s (0, 1, 2) in a dimension.
 __host__ __device__ constexpr bool pattern_uses(int mask, int r, int s) { return ((mask >> (3 * r + s)) & 1) != 0; }
@@ -1325,6 +1335,43 @@ __host__ __device__ constexpr int pattern_first_pooled(int mask) {
     return first;
 }
 
+// The fp32-accurate kernel walks the same sequence one entry at a time (shift_block_gemm_3xtf32).
+// 3-D shift of window offset r3's first and last entries.
+__host__ __device__ constexpr int pattern_first_shift3(int mask, int r3) {
+    return 9 * pattern_first_shift(mask, r3 / 4) + 3 * pattern_first_shift(mask, r3 / 2 % 2) +
+           pattern_first_shift(mask, r3 % 2);
+}
+__host__ __device__ constexpr int pattern_last_shift3(int mask, int r3) {
+    return 9 * pattern_last_shift(mask, r3 / 4) + 3 * pattern_last_shift(mask, r3 / 2 % 2) + pattern_last_shift(mask, r3 % 2);
+}
+// Entry e as 8 s3 + r3 (its 3-D shift and window offset).
+__host__ __device__ constexpr int pattern_pair(int mask, int e) {
+    for (int s3 = 0; s3 < 27; ++s3)
+        for (int r3 = 0; r3 < 8; ++r3)
+            if (pattern_reads(mask, s3, r3) && e-- == 0) return 8 * s3 + r3;
+    return -1;
+}
+// Whether entry e writes a fresh partial sum (else, the window offset's first entry in the first channel
+// group, it starts the accumulator), and which of the two partial-sum register sets it takes: they alternate
+// over the entries that write one.
+__host__ __device__ constexpr bool pattern_partial(int mask, int e, bool first_group) {
+    return !(first_group && pattern_pair(mask, e) / 8 == pattern_first_shift3(mask, pattern_pair(mask, e) % 8));
+}
+__host__ __device__ constexpr int pattern_partial_slot(int mask, int e, bool first_group) {
+    int n = 0;
+    for (int i = 0; i < e; ++i) n += pattern_partial(mask, i, first_group) ? 1 : 0;
+    return n % 2;
+}
+// The window offset whose products complete first in entry order (it starts `best`).
+__host__ __device__ constexpr int pattern_first_done(int mask) {
+    int first = 0;
+    for (int r3 = 1; r3 < 8; ++r3)
+        if (pattern_entry(mask, pattern_last_shift3(mask, r3), r3) <
+            pattern_entry(mask, pattern_last_shift3(mask, first), first))
+            first = r3;
+    return first;
+}
+
 #if defined(MODEL_C_WGMMA)
 // The weight block in the shift kernel's order: chunk (q, e, s) = 16-channel group q, entry e (shift-major,
 // window offsets in order within a shift), k step s; B(k = ci % 8, n) as in the register kernel.
@@ -1339,9 +1386,9 @@ __device__ __forceinline__ void static_for(F&& f) {
     static_for_each(f, std::make_integer_sequence<int, N>{});
 }
 
-template <int NT, int MASK>
+template <int NT, int MASK, bool SPLIT3>
 __device__ __forceinline__ void stage_weights_shift_order(const Params& p, float* w_s, int co0) {
-    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, false>();
+    constexpr int kChannels = 8 * NT, kChunk = weight_chunk_floats<NT, SPLIT3>();
     constexpr int kEntries = pattern_entries_before(MASK, 27);
     // k_of[d][r][s]: the kernel index of window offset r's tap that reads shift s along dimension d.
     int k_of[3][2][3];
@@ -1372,7 +1419,17 @@ __device__ __forceinline__ void stage_weights_shift_order(const Params& p, float
             }
         });
 #pragma unroll
-        for (int e = 0; e < kEntries; ++e) dst[e * 2 * kChunk] = __uint_as_float(to_tf32(ok ? v[e] * sign : 0.f));
+        for (int e = 0; e < kEntries; ++e) {
+            const float w = ok ? v[e] * sign : 0.f;
+            if constexpr (SPLIT3) {  // B = hi + lo, the low part after the high part (as in the register kernel)
+                uint32_t hi, lo;
+                split_tf32(w, hi, lo);
+                dst[e * 2 * kChunk] = __uint_as_float(hi);
+                dst[e * 2 * kChunk + 64 * NT] = __uint_as_float(lo);
+            } else {
+                dst[e * 2 * kChunk] = __uint_as_float(to_tf32(w));
+            }
+        }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> wgmma reads
 }
@@ -1452,13 +1509,104 @@ __device__ __forceinline__ void shift_block_gemm(float (&acc)[8][NT][4], float (
             if constexpr (done >= 0) pool_done(std::integral_constant<int, done>{});
         });
 }
+
+// The fp32-accurate (3xTF32) version of shift_block_gemm. Each shift's A is loaded once and split into TF32
+// hi and lo parts in registers; each (shift, window offset) entry then issues its six products (per k step
+// a_lo b_hi, a_hi b_lo, a_hi b_hi) into a fresh partial sum that joins the offset's accumulator through an
+// fp32 add, as in the register kernel (accumulated straight into the running sum, the tensor core's
+// truncation costs ~4x fp32's error). A partial sum spans the entry's 16 channels (two k steps). With 8
+// accumulator sets (8 * 4 * NT registers) there is room for two partial-sum sets, not eight: the entries go
+// one commit group each, and after entry e is issued, entry e - 1 is waited for (wgmma_wait<1>), added and,
+// when it was its window offset's last, pooled. A offset's first entry of the first channel group (FIRST)
+// writes its accumulator directly. Two A buffers: when a shift's A is loaded, only the previous shift's
+// last entry can still be reading.
+template <int NT, int MASK, bool FIRST, bool POOL>
+__device__ __forceinline__ void shift_block_gemm_3xtf32(float (&acc)[8][NT][4], float (&best)[NT][4], const float* a0,
+                                                        int line_floats, int plane_floats, uint32_t b_q) {
+    constexpr uint32_t kChunkUnits = weight_chunk_floats<NT, true>() * sizeof(float) >> 4;
+    constexpr uint32_t kLoUnits = 64 * NT * sizeof(float) >> 4;  // B's low part after its high part
+    constexpr int kEntries = pattern_entries_before(MASK, 27);
+    uint32_t a_hi[2][2][4], a_lo[2][2][4];  // [buffer][k step][fragment]
+    float part[2][NT][4];
+    // Entry e's products are complete: join its partial sum, pool its window offset if that was the last.
+    auto finish = [&](auto e_constant) {
+        constexpr int e = decltype(e_constant)::value;
+        constexpr int s3 = pattern_pair(MASK, e) / 8, r3 = pattern_pair(MASK, e) % 8;
+        if constexpr (pattern_partial(MASK, e, FIRST)) {
+            constexpr int slot = pattern_partial_slot(MASK, e, FIRST);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[r3][nt][j] += part[slot][nt][j];
+        }
+        if constexpr (POOL && s3 == pattern_last_shift3(MASK, r3)) {
+            constexpr bool first_done = r3 == pattern_first_done(MASK);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    best[nt][j] = first_done ? acc[r3][nt][j] : nan_max(best[nt][j], acc[r3][nt][j]);
+        }
+    };
+    static_for<kEntries>([&](auto e_constant) {
+        constexpr int e = decltype(e_constant)::value;
+        constexpr int s3 = pattern_pair(MASK, e) / 8, r3 = pattern_pair(MASK, e) % 8;
+        constexpr int buf = pattern_groups_before(MASK, s3) % 2;
+        if constexpr (e == 0 || pattern_pair(MASK, e - 1) / 8 != s3) {  // a new shift: load and split its A
+            const float* src = a0 + (s3 / 9) * plane_floats + (s3 / 3 % 3) * line_floats + 4 * (s3 % 3);
+            const float4 v0 = *reinterpret_cast<const float4*>(src);
+            const float4 v1 = *reinterpret_cast<const float4*>(src + line_floats);
+            split_tf32(v0.x, a_hi[buf][0][0], a_lo[buf][0][0]);
+            split_tf32(v1.x, a_hi[buf][0][1], a_lo[buf][0][1]);
+            split_tf32(v0.y, a_hi[buf][0][2], a_lo[buf][0][2]);
+            split_tf32(v1.y, a_hi[buf][0][3], a_lo[buf][0][3]);
+            split_tf32(v0.z, a_hi[buf][1][0], a_lo[buf][1][0]);
+            split_tf32(v1.z, a_hi[buf][1][1], a_lo[buf][1][1]);
+            split_tf32(v0.w, a_hi[buf][1][2], a_lo[buf][1][2]);
+            split_tf32(v1.w, a_hi[buf][1][3], a_lo[buf][1][3]);
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a_hi[buf][ks][j]), "+r"(a_lo[buf][ks][j]));
+        }
+        constexpr bool partial = pattern_partial(MASK, e, FIRST);
+        auto products = [&](float(&d)[NT][4]) {
+            static_for<2>([&](auto ks_constant) {
+                constexpr int ks = decltype(ks_constant)::value;
+                const uint32_t hi = b_q + (2 * e + ks) * kChunkUnits, lo = hi + kLoUnits;
+                wgmma_tf32<NT, ks != 0, true>(d, a_lo[buf][ks], hi);  // small terms first; k step 0 starts d (tied)
+                wgmma_tf32<NT, true>(d, a_hi[buf][ks], lo);
+                wgmma_tf32<NT, true>(d, a_hi[buf][ks], hi);
+            });
+        };
+        wgmma_fence();
+        constexpr int slot = pattern_partial_slot(MASK, e, FIRST);
+        products(partial ? part[slot] : acc[r3]);
+        wgmma_commit();
+        if constexpr (e > 0) {
+            wgmma_wait<1>();
+            finish(std::integral_constant<int, e - 1>{});
+        }
+    });
+    wgmma_wait<0>();
+    finish(std::integral_constant<int, kEntries - 1>{});
+}
+
+// One m64 block's products for channel group q, in either mode (FIRST: q = 0; POOL: the last group, pool-first).
+template <int NT, int MASK, bool SPLIT3, bool FIRST, bool POOL>
+__device__ __forceinline__ void shift_group_gemm(float (&acc)[8][NT][4], float (&best)[NT][4], const float* a0,
+                                                 int line_floats, int plane_floats, uint32_t b_q) {
+    if constexpr (SPLIT3) shift_block_gemm_3xtf32<NT, MASK, FIRST, POOL>(acc, best, a0, line_floats, plane_floats, b_q);
+    else shift_block_gemm<NT, MASK, FIRST, POOL>(acc, best, a0, line_floats, plane_floats, b_q);
+}
 #endif
 
-template <int NT, int MASK, bool POOL_FIRST>
+// SPLIT3: the fp32-accurate mode (3xTF32, weights staged as hi and lo), else TF32.
+template <int NT, int MASK, bool SPLIT3, bool POOL_FIRST>
 __global__ void __launch_bounds__(kShiftThreads, 1) convtranspose_leaky_pool_shift_kernel(const Params p) {
 #if defined(MODEL_C_WGMMA)
     constexpr int kChannels = 8 * NT, kLanes = 4;
-    constexpr int kChunk = weight_chunk_floats<NT, false>();
+    constexpr int kChunk = weight_chunk_floats<NT, SPLIT3>();
     constexpr int kEntries = pattern_entries_before(MASK, 27);
     constexpr uint32_t kGroupUnits = 2 * kEntries * (kChunk * sizeof(float) >> 4);
     extern __shared__ __align__(128) float smem[];
@@ -1486,7 +1634,7 @@ __global__ void __launch_bounds__(kShiftThreads, 1) convtranspose_leaky_pool_shi
     int tile = blockIdx.x;
     if (tile < p.num_tiles) stage_input_box<true, kShiftThreads>(p, locate_tile(p, tile), x_s);
     cp_async_commit();
-    stage_weights_shift_order<NT, MASK>(p, w_s, co0);
+    stage_weights_shift_order<NT, MASK, SPLIT3>(p, w_s, co0);
     stage_channel_tables<kChannels, kShiftThreads>(p, co0, bias_s, mult_s, f_s);
     const uint32_t b_desc = weight_descriptor_low(w_s);
 
@@ -1510,13 +1658,13 @@ __global__ void __launch_bounds__(kShiftThreads, 1) convtranspose_leaky_pool_shi
             const float* a0 = box + t * p.quad_stride + 4 * ((bd * p.extent[1] + bh + 2 * w4) * p.extent[2] + bw + g);
             float acc[8][NT][4], best[NT][4];
             if (groups == 1) {
-                shift_block_gemm<NT, MASK, true, POOL_FIRST>(acc, best, a0, line_floats, plane_floats, b_desc);
+                shift_group_gemm<NT, MASK, SPLIT3, true, POOL_FIRST>(acc, best, a0, line_floats, plane_floats, b_desc);
             } else {
-                shift_block_gemm<NT, MASK, true, false>(acc, best, a0, line_floats, plane_floats, b_desc);
+                shift_group_gemm<NT, MASK, SPLIT3, true, false>(acc, best, a0, line_floats, plane_floats, b_desc);
                 for (int q = 1; q < groups - 1; ++q)
-                    shift_block_gemm<NT, MASK, false, false>(acc, best, a0 + q * p.group_stride, line_floats,
+                    shift_group_gemm<NT, MASK, SPLIT3, false, false>(acc, best, a0 + q * p.group_stride, line_floats,
                                                              plane_floats, b_desc + q * kGroupUnits);
-                shift_block_gemm<NT, MASK, false, POOL_FIRST>(acc, best, a0 + (groups - 1) * p.group_stride,
+                shift_group_gemm<NT, MASK, SPLIT3, false, POOL_FIRST>(acc, best, a0 + (groups - 1) * p.group_stride,
                                                               line_floats, plane_floats,
                                                               b_desc + (groups - 1) * kGroupUnits);
             }
@@ -1721,7 +1869,6 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
     // 16-channel groups when C_in pads to them and the mode loads two k steps at once (TF32; the
     // fp32-accurate mode has no registers to spare for a second step's hi and lo parts).
     plan.quad = allow_tf32 && p.ci_padded % 16 == 0;
-    const int lanes = plan.quad ? 4 : 2;
 
     // Tile for a channel block of 8 * nt: 32 positions along W (or the output's next power of two), then
     // the (TD, TH) split of the remaining rows that stages the fewest inputs plus computes the fewest rows
@@ -1731,6 +1878,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
     auto fit_tile = [&](Plan& cand, int nt, bool a_from_smem) {
         Params& q = cand.params;
         cand.nt = nt;
+        const int lanes = cand.quad ? 4 : 2;
         const size_t weight_floats = static_cast<size_t>(q.taps) * q.ci_padded * 8 * nt * (allow_tf32 ? 1 : 2);
         auto extent_of = [&](int d, int tile) { return (tile - 1) * (q.pool / q.stride[d]) + c_max[d] - q.c_min[d] + 1; };
         for (int max_rows = kRows; max_rows >= (a_from_smem ? kRows : kRowsPerWarp); max_rows /= 2) {
@@ -1810,23 +1958,36 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
             chosen = cand;
         }
     }
-    // A shared across window offsets: where A from shared memory applies, and pool 2 = stride 2 everywhere,
-    // the same shift pattern in every dimension, one this build has (kShiftMasks; every window offset has
-    // taps), 32-channel blocks.
-    if (chosen.smem_a && share_a && p.pool == 2 && chosen.nt == 4) {
+    // A shared across window offsets: pool 2 = stride 2 everywhere, the same shift pattern in every dimension,
+    // one this build has (kShiftMasks; every window offset has taps), 32-channel blocks. TF32: where A from
+    // shared memory applies, in its plan. fp32-accurate: where that kernel's conditions hold (a wgmma build,
+    // 16-channel groups, pooled H and W >= 8) and a full 512-position tile fits beside the hi and lo weights.
+    auto shift_pattern = [&]() {
         int masks[3] = {0, 0, 0};
-        bool ok = true;
-        for (int d = 0; d < 3; ++d) {
-            ok = ok && p.stride[d] == 2;
+        bool ok = p.pool == 2;
+        for (int d = 0; d < 3 && ok; ++d) {
+            ok = p.stride[d] == 2;
             for (int r = 0; r < 2 && ok; ++r)
-                for (int j = p.tap_start[d][r]; j < p.tap_start[d][r + 1]; ++j) {
-                    ok = ok && p.tap_c[d][j] < 3;
+                for (int j = p.tap_start[d][r]; j < p.tap_start[d][r + 1] && ok; ++j) {
+                    ok = p.tap_c[d][j] < 3;
                     if (ok) masks[d] |= 1 << (3 * r + p.tap_c[d][j]);
                 }
         }
         ok = ok && masks[0] == masks[1] && masks[1] == masks[2] && (masks[0] & 7) && (masks[0] >> 3);
         for (const int mask : kShiftMasks)
-            if (ok && masks[0] == mask) chosen.shift_mask = mask;
+            if (ok && masks[0] == mask) return mask;
+        return -1;
+    };
+    if (chosen.smem_a && share_a && chosen.nt == 4) chosen.shift_mask = shift_pattern();
+    if (chosen_outputs > 0 && share_a && !allow_tf32 && widest == 4 && p.ci_padded % 16 == 0 &&
+        device_limits(device).wgmma && p.pooled[1] >= 8 && p.pooled[2] >= 8 && shift_pattern() >= 0 &&
+        shift_fp32_built(shift_pattern())) {
+        Plan cand = plan;
+        cand.quad = true;  // the shift kernel's box: 16-channel groups, one 16-byte load per row and shift
+        if (fit_tile(cand, 4, true)) {
+            cand.shift_mask = shift_pattern();
+            chosen = cand;
+        }
     }
     if (chosen_outputs > 0) {
         if (chosen.num_tiles > INT32_MAX)
@@ -1859,7 +2020,8 @@ py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in
     d["problem"] = plan.problem;
     d["wgmma"] = device_limits(static_cast<int>(device)).wgmma;
     if (!plan.problem.empty()) return d;
-    d["kernel"] = !allow_tf32 ? "3xTF32" : plan.shift_mask >= 0 ? "TF32, A shared across window offsets"
+    d["kernel"] = !allow_tf32 ? (plan.shift_mask >= 0 ? "3xTF32, A shared across window offsets" : "3xTF32, A from registers")
+                  : plan.shift_mask >= 0 ? "TF32, A shared across window offsets"
                   : plan.smem_a ? "TF32, A from shared memory" : "TF32, A from registers";
     d["tile"] = std::vector<int>{plan.params.tile[0], plan.params.tile[1], plan.params.tile[2]};
     d["channels_per_block"] = 8 * plan.nt;
@@ -1877,12 +2039,19 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
     TORCH_CHECK(t.is_contiguous(), "forward: ", name, " must be contiguous");
 }
 
-// The TF32 kernel that shares A across window offsets, when the plan's pattern is MASK (32-channel blocks).
+// The kernel that shares A across window offsets, when the plan's pattern is MASK (32-channel blocks).
 template <int MASK>
-bool launch_shift(const Plan& plan, cudaStream_t stream, int device) {
+bool launch_shift(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
     if (plan.shift_mask != MASK) return false;
-    const auto kernel = plan.params.slope >= 0.f ? convtranspose_leaky_pool_shift_kernel<4, MASK, true>
-                                                 : convtranspose_leaky_pool_shift_kernel<4, MASK, false>;
+    const bool pool_first = plan.params.slope >= 0.f;
+    auto kernel = pool_first ? convtranspose_leaky_pool_shift_kernel<4, MASK, false, true>
+                             : convtranspose_leaky_pool_shift_kernel<4, MASK, false, false>;
+    if constexpr (shift_fp32_built(MASK))
+        if (!allow_tf32)
+            kernel = pool_first ? convtranspose_leaky_pool_shift_kernel<4, MASK, true, true>
+                                : convtranspose_leaky_pool_shift_kernel<4, MASK, true, false>;
+    TORCH_CHECK(allow_tf32 || shift_fp32_built(MASK), "forward: no fp32-accurate shift kernel for pattern ",
+                std::to_string(MASK));
     const int64_t channel_blocks = (plan.params.out_channels + 31) / 32;
     const int64_t resident = static_cast<int64_t>(blocks_per_sm(kernel, plan.smem_bytes, device, kShiftThreads)) *
                              device_limits(device).sms;
@@ -1897,10 +2066,11 @@ bool launch_shift(const Plan& plan, cudaStream_t stream, int device) {
 template <int NT>
 void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
     if constexpr (NT == 4)
-        if (allow_tf32 && plan.shift_mask >= 0) {
-            const bool launched = launch_shift<9>(plan, stream, device) || launch_shift<17>(plan, stream, device) ||
-                                  launch_shift<19>(plan, stream, device) || launch_shift<25>(plan, stream, device) ||
-                                  launch_shift<27>(plan, stream, device);
+        if (plan.shift_mask >= 0) {
+            const bool launched =
+                launch_shift<9>(plan, allow_tf32, stream, device) || launch_shift<17>(plan, allow_tf32, stream, device) ||
+                launch_shift<19>(plan, allow_tf32, stream, device) || launch_shift<25>(plan, allow_tf32, stream, device) ||
+                launch_shift<27>(plan, allow_tf32, stream, device);
             TORCH_CHECK(launched, "forward: no shift kernel for pattern ", plan.shift_mask, " (kShiftMasks)");
             return;
         }

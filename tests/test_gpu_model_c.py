@@ -64,6 +64,12 @@ def test_v3_envelope_cases(init, shape, pool, slope):
 
 
 
+def _require_wgmma(ext, device):
+    """Skip unless this build of the v3 kernel runs wgmma on `device` (sm_90a on a compute capability 9.0 GPU)."""
+    if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1, device.index)["wgmma"]:
+        pytest.skip("this build has no wgmma (not sm_90a on a compute capability 9.0 GPU)")
+
+
 class _V3Build(torch.nn.Module):
     """ModelNew's v3 forward through a given build of the v3 kernel (its own weights, loaded by the sweep)."""
 
@@ -133,9 +139,7 @@ def test_v3_tf32_smem_a_kernel_parity(init, shape, slope):
                                                  share_a=False).cuda()
              for where in ("smem", "registers")}
     x = torch.rand(shape, device="cuda")
-    if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1,
-                             x.device.index)["wgmma"]:
-        pytest.skip("this build has no wgmma (not sm_90a on a compute capability 9.0 GPU)")
+    _require_wgmma(ext, x.device)
     assert fused["v3 tf32 A from smem"].kernel_name(x) == "TF32, A from shared memory"
     assert fused["v3 tf32 A from registers"].kernel_name(x) == "TF32, A from registers"
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(21, 22),
@@ -162,14 +166,40 @@ def test_v3_tf32_shared_a_kernel_parity(init, shape, slope):
     builds = {"shared": dict(), "smem": dict(share_a=False), "registers": dict(smem_a=False)}
     fused = {f"v3 tf32 A {where}": _V3Build(init, ext, True, slope=slope, **kw).cuda() for where, kw in builds.items()}
     x = torch.rand(shape, device="cuda")
-    if not ext.describe_plan([1, 1, 1], 1, 1, 1, [1, 1, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0], 1,
-                             x.device.index)["wgmma"]:
-        pytest.skip("this build has no wgmma (not sm_90a on a compute capability 9.0 GPU)")
+    _require_wgmma(ext, x.device)
     assert fused["v3 tf32 A shared"].kernel_name(x) == "TF32, A shared across window offsets"
     assert fused["v3 tf32 A smem"].kernel_name(x) == "TF32, A from shared memory"
     assert fused["v3 tf32 A registers"].kernel_name(x) == "TF32, A from registers"
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(31, 32),
                          shifts=(0.0,), tf32=set(fused))
+
+
+# The fp32-accurate (3xTF32) mode of the kernel that shares A, where its hi and lo weights and a full tile fit
+# (all but kernel 4: its 64 taps' weights, twice, exceed shared memory), against the register kernel, on the
+# TF32 test's shapes. Inputs as drawn and shifted by +100 (the fp32 limits of PARITY.md).
+@pytest.mark.parametrize("init, shape, slope, shared", [
+    ([16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (2, 16, 8, 16, 16), 0.2, True),   # KernelBench's layer (pattern 25)
+    ([32, 40, 2, 2, 0, 0, (40, 1, 1, 1)], (1, 32, 3, 8, 8), 0.2, True),     # two channel groups, two blocks (9)
+    ([16, 17, 3, 2, 1, 0, (17, 1, 1, 1)], (3, 16, 4, 9, 12), 0.0, True),    # C_out 17, slope 0, partial tiles
+    ([16, 20, 3, 2, 0, 1, (20, 1, 1, 1)], (1, 16, 4, 9, 10), -0.2, True),   # pattern 19; slope < 0
+    ([16, 24, 2, 2, 0, 0, (24, 1, 1, 1)], (2, 16, 3, 8, 10), 0.2, True),    # pattern 9
+    ([16, 24, 2, 2, 1, 1, (24, 1, 1, 1)], (2, 16, 4, 9, 10), 0.1, True),    # pattern 17
+    ([16, 32, 4, 2, 0, 0, (32, 1, 1, 1)], (1, 16, 3, 8, 9), -0.1, False),   # kernel 4: the register kernel
+    ([16, 32, 3, 2, 2, 1, (32, 1, 1, 1)], (5, 16, 5, 10, 10), 0.2, True),   # padding 2 (19), batch 5
+])
+def test_v3_fp32_shared_a_kernel_parity(init, shape, slope, shared):
+    ext = C._load_extension(C.KERNEL_V3)
+    model = C.Model(*init).cuda()
+    model.leaky_relu.negative_slope = slope
+    fused = {f"v3 fp32 A {where}": _V3Build(init, ext, False, slope=slope, share_a=(where == "shared")).cuda()
+             for where in ("shared", "registers")}
+    x = torch.rand(shape, device="cuda")
+    _require_wgmma(ext, x.device)
+    expected = "3xTF32, A shared across window offsets" if shared else "3xTF32, A from registers"
+    assert fused["v3 fp32 A shared"].kernel_name(x) == expected
+    assert fused["v3 fp32 A registers"].kernel_name(x) == "3xTF32, A from registers"
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(33, 34),
+                         shifts=(0.0, 100.0))
 
 
 @pytest.mark.parametrize("init, pool, reason", [
