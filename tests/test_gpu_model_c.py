@@ -186,6 +186,9 @@ def test_v3_tf32_shared_a_kernel_parity(init, shape, slope):
     ([16, 24, 2, 2, 1, 1, (24, 1, 1, 1)], (2, 16, 4, 9, 10), 0.1, True),    # pattern 17
     ([16, 32, 4, 2, 0, 0, (32, 1, 1, 1)], (1, 16, 3, 8, 9), -0.1, False),   # kernel 4: the register kernel
     ([16, 32, 3, 2, 2, 1, (32, 1, 1, 1)], (5, 16, 5, 10, 10), 0.2, True),   # padding 2 (19), batch 5
+    ([12, 24, 3, 2, 1, 1, (24, 1, 1, 1)], (2, 12, 4, 9, 9), 0.2, True),     # C_in 12: padded channels (25)
+    ([28, 18, 2, 2, 0, 0, (18, 1, 1, 1)], (1, 28, 3, 8, 9), -0.1, True),    # C_in 28: a partial 2nd group (9)
+    ([20, 18, 2, 2, 0, 0, (18, 1, 1, 1)], (1, 20, 3, 8, 9), 0.2, False),    # C_in 20 pads to 24, not 16s
 ])
 def test_v3_fp32_shared_a_kernel_parity(init, shape, slope, shared):
     ext = C._load_extension(C.KERNEL_V3)
