@@ -29,11 +29,12 @@
 //   a = a_hi + a_lo into two TF32 numbers and accumulates a_lo*b_hi + a_hi*b_lo + a_hi*b_hi
 //   ("3xTF32": about fp32's accuracy at 3x TF32's cost), each k8 step's three products (in the kernel
 //   that shares A, each 16-channel entry's six) into a fresh partial sum that joins the accumulator
-//   through an fp32 add (the tensor core truncates when it adds to a large running sum). The TF32 mode (allow_tf32) does a_hi*b_hi only, like cuDNN with
-//   allow_tf32 (10-bit mantissas, relative error ~1e-4). In the TF32 mode on sm_90a, when the pool
-//   equals the stride along W, the box holds 16-channel groups and pooled H and W are at least 8, a
-//   second kernel (convtranspose_leaky_pool_ss_kernel) reads A from shared memory as well: the staged
-//   box, rounded to TF32 in place, is wgmma's A operand as it stands (see the kernel's comment). Where,
+//   through an fp32 add (the tensor core truncates when it adds to a large running sum). The TF32 mode
+//   (allow_tf32) does a_hi*b_hi only, like cuDNN with allow_tf32 (10-bit mantissas, relative error
+//   ~1e-4). In the TF32 mode on sm_90a, when the pool equals the stride along W, the box holds
+//   16-channel groups and pooled H and W are at least 8, a second kernel
+//   (convtranspose_leaky_pool_ss_kernel) reads A from shared memory as well: the staged box, rounded
+//   to TF32 in place, is wgmma's A operand as it stands (see the kernel's comment). Where,
 //   besides, the pool equals the stride of 2 in every dimension with kernel 2, 3 or 4 the same along all
 //   three (kShiftMasks) and 32-channel blocks, a third kernel (convtranspose_leaky_pool_shift_kernel) reads
 //   A once per shift of the box and shares it across the window offsets that read that shift (27 (offset,
@@ -1342,7 +1343,8 @@ __host__ __device__ constexpr int pattern_first_shift3(int mask, int r3) {
            pattern_first_shift(mask, r3 % 2);
 }
 __host__ __device__ constexpr int pattern_last_shift3(int mask, int r3) {
-    return 9 * pattern_last_shift(mask, r3 / 4) + 3 * pattern_last_shift(mask, r3 / 2 % 2) + pattern_last_shift(mask, r3 % 2);
+    return 9 * pattern_last_shift(mask, r3 / 4) + 3 * pattern_last_shift(mask, r3 / 2 % 2) +
+           pattern_last_shift(mask, r3 % 2);
 }
 // Entry e as 8 s3 + r3 (its 3-D shift and window offset).
 __host__ __device__ constexpr int pattern_pair(int mask, int e) {
@@ -1517,7 +1519,7 @@ __device__ __forceinline__ void shift_block_gemm(float (&acc)[8][NT][4], float (
 // truncation costs ~4x fp32's error). A partial sum spans the entry's 16 channels (two k steps). With 8
 // accumulator sets (8 * 4 * NT registers) there is room for two partial-sum sets, not eight: the entries go
 // one commit group each, and after entry e is issued, entry e - 1 is waited for (wgmma_wait<1>), added and,
-// when it was its window offset's last, pooled. A offset's first entry of the first channel group (FIRST)
+// when it was its window offset's last, pooled. An offset's first entry in the first channel group (FIRST)
 // writes its accumulator directly. Two A buffers: when a shift's A is loaded, only the previous shift's
 // last entry can still be reading.
 template <int NT, int MASK, bool FIRST, bool POOL>
@@ -2020,7 +2022,8 @@ py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in
     d["problem"] = plan.problem;
     d["wgmma"] = device_limits(static_cast<int>(device)).wgmma;
     if (!plan.problem.empty()) return d;
-    d["kernel"] = !allow_tf32 ? (plan.shift_mask >= 0 ? "3xTF32, A shared across window offsets" : "3xTF32, A from registers")
+    d["kernel"] = !allow_tf32 ? (plan.shift_mask >= 0 ? "3xTF32, A shared across window offsets"
+                                                      : "3xTF32, A from registers")
                   : plan.shift_mask >= 0 ? "TF32, A shared across window offsets"
                   : plan.smem_a ? "TF32, A from shared memory" : "TF32, A from registers";
     d["tile"] = std::vector<int>{plan.params.tile[0], plan.params.tile[1], plan.params.tile[2]};
@@ -2067,10 +2070,11 @@ template <int NT>
 void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) {
     if constexpr (NT == 4)
         if (plan.shift_mask >= 0) {
-            const bool launched =
-                launch_shift<9>(plan, allow_tf32, stream, device) || launch_shift<17>(plan, allow_tf32, stream, device) ||
-                launch_shift<19>(plan, allow_tf32, stream, device) || launch_shift<25>(plan, allow_tf32, stream, device) ||
-                launch_shift<27>(plan, allow_tf32, stream, device);
+            const bool launched = launch_shift<9>(plan, allow_tf32, stream, device) ||
+                                  launch_shift<17>(plan, allow_tf32, stream, device) ||
+                                  launch_shift<19>(plan, allow_tf32, stream, device) ||
+                                  launch_shift<25>(plan, allow_tf32, stream, device) ||
+                                  launch_shift<27>(plan, allow_tf32, stream, device);
             TORCH_CHECK(launched, "forward: no shift kernel for pattern ", plan.shift_mask, " (kShiftMasks)");
             return;
         }
