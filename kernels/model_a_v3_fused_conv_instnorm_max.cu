@@ -118,6 +118,9 @@ struct Params {
     int box_pitch;            // floats between two channels of the input box
     int ksteps;               // ceil(C_in * k^3 / 8)
     int warps;                // warps per CTA (8 or 16); warp w owns tiles [w * MT, (w + 1) * MT)
+    int prefetch;             // 1: the box has its own landing buffer, so sample n + clusters loads during n
+    int64_t batch;            // N
+    double inv_count;         // 1 / (Do * Ho * Wo): the statistics' count per (sample, channel)
     float eps, lo, hi;
 };
 
@@ -146,9 +149,8 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int byt
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // v rounded to nearest (ties away) at TF32's 10 mantissa bits: integer add and mask (cvt.rna compiles to
 // ~6 instructions on sm_90). Infinities stay infinite.
@@ -182,24 +184,25 @@ struct SmemLayout {
     __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
         return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
-    __host__ __device__ size_t gathered_bytes(int cluster) const {  // (count, mean, M2) per CTA and channel
-        return (static_cast<size_t>(cluster) * 8 * nt * sizeof(double3) + 15) / 16 * 16;
+    __host__ __device__ size_t gathered_bytes(int cluster) const {  // (count, mean, M2) per parity, CTA, channel
+        return (2 * static_cast<size_t>(cluster) * 8 * nt * sizeof(double3) + 15) / 16 * 16;
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
     __host__ __device__ size_t row_bytes(int tiles) const { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
-    __host__ __device__ size_t box_bytes(int c_in, int pitch) const {
-        return static_cast<size_t>(split3 ? 2 : 1) * c_in * pitch * sizeof(float);
+    __host__ __device__ size_t box_bytes(int c_in, int pitch, bool prefetch) const {  // hi (lo) (landing buffer)
+        return static_cast<size_t>((split3 ? 2 : 1) + (prefetch ? 1 : 0)) * c_in * pitch * sizeof(float);
     }
-    __host__ __device__ size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch) const {
+    __host__ __device__ size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch, bool prefetch) const {
         return weight_bytes(ksteps) + gathered_bytes(cluster) + tap_bytes(ksteps) + row_bytes(tiles) +
-               box_bytes(c_in, pitch);
+               box_bytes(c_in, pitch, prefetch);
     }
 };
 
 // ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
-// grid.x = cluster * N, cluster dims (cluster, 1, 1): cluster i computes sample i.
+// grid.x = cluster * clusters, cluster dims (cluster, 1, 1), clusters <= N: persistent clusters, cluster i
+// computes samples i, i + clusters, i + 2 * clusters, ...
 template <int NT, bool SPLIT3>
 __global__ void __launch_bounds__(kMaxThreads, 1)
 fused_conv_instnorm_max_kernel(const Params p) {
@@ -209,42 +212,46 @@ fused_conv_instnorm_max_kernel(const Params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     cg::cluster_group cluster = cg::this_cluster();
     const int cluster_size = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int clusters = static_cast<int>(gridDim.x) / cluster_size;
     unsigned char* carve = smem;
     float* weight_frag = reinterpret_cast<float*>(carve);
     carve += layout.weight_bytes(p.ksteps);
-    double3* gathered = reinterpret_cast<double3*>(carve);  // [cluster_size][8 * NT]
+    double3* gathered = reinterpret_cast<double3*>(carve);  // [2 (sample parity)][cluster_size][8 * NT]
     carve += layout.gathered_bytes(cluster_size);
     int2* taps = reinterpret_cast<int2*>(carve);
     carve += layout.tap_bytes(p.ksteps);
     int* row_out = reinterpret_cast<int*>(carve);
     carve += layout.row_bytes(p.warps * MT);
     float* box_hi = reinterpret_cast<float*>(carve);
-    float* box_lo = box_hi + p.c_in * p.box_pitch;  // SPLIT3 only
+    float* box_lo = box_hi + p.c_in * p.box_pitch;                     // SPLIT3 only
+    float* box_raw = p.prefetch ? box_hi + (SPLIT3 ? 2 : 1) * p.c_in * p.box_pitch  // where the copies land
+                                : (SPLIT3 ? box_lo : box_hi);          // (no prefetch: split in place)
 
-    __shared__ float warp_sums[2][kMaxWarps][8 * NT];
-    __shared__ float centre[8 * NT];
-    __shared__ double2 cta_stats[8 * NT];  // (mean, M2) of this CTA's valid rows, read by the whole cluster
-    __shared__ double cta_count;
-    __shared__ float4 coef[8 * NT];        // (mu_hi, mu_lo, a, m)
+    __shared__ float2 warp_sums[kMaxWarps][8 * NT];  // per warp and channel: sum of (y - centre), of (y - centre)^2
+    __shared__ float warp_centre[kMaxWarps][8 * NT];  // the warp's own mean, rounded to float
+    __shared__ float warp_count[kMaxWarps];           // valid rows per warp
+    __shared__ double warp_inv_count[kMaxWarps];      // 1 / valid rows per warp (0: none)
+    __shared__ float4 coef[8 * NT];                   // (mu_hi, mu_lo, s, L) per channel, and H: see step 6
+    __shared__ float coef_hi[8 * NT];
 
-    const int rank = static_cast<int>(cluster.block_rank());
-    const int64_t n = blockIdx.x / cluster_size;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int threads = p.warps * 32;
     const int rows = p.tiles_per_cta * 16;       // this CTA's share of the sample's rows
     const int rows_alloc = p.warps * MT * 16;    // rows its warps compute (>= rows)
     const int row0 = rank * rows;  // first flat row of this CTA
     const int K = p.c_in * p.k * p.k * p.k;
+    const int first = static_cast<int>(blockIdx.x) / cluster_size;  // this cluster's first sample
 
-    // 1. Input box: channel ci, element j = x[n, ci, row0 + j] (0 past the sample's end).
-    {
+    // Input box of sample n: channel ci, element j = x[n, ci, row0 + j] (0 past the sample's end), into
+    // box_raw with cp.async (one commit group; waited on before the split).
+    const bool vec = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
+    const auto copy_box = [&](int64_t n) {
         const float* xs = p.x + (n * p.c_in) * static_cast<int64_t>(p.plane);
         const int remaining = p.plane - row0;  // elements of each channel from row0 on
-        float* raw = SPLIT3 ? box_lo : box_hi;
-        const bool vec = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
         for (int ci = 0; ci < p.c_in; ++ci) {
             const float* src = xs + static_cast<int64_t>(ci) * p.plane + row0;
-            float* dst = raw + ci * p.box_pitch;
+            float* dst = box_raw + ci * p.box_pitch;
             if (vec) {
                 for (int j = 4 * tid; j < p.box_pitch; j += 4 * threads) {
                     const int bytes = max(0, min(16, 4 * (remaining - j)));
@@ -255,9 +262,14 @@ fused_conv_instnorm_max_kernel(const Params p) {
                     cp_async_4(dst + j, j < remaining ? src + j : xs, j < remaining ? 4 : 0);
             }
         }
-    }
-    // 2. While the copies fly: the row -> output offset table (-1: dropped), over all rows the warps
-    //    compute (rows past this CTA's share belong to the next CTA and are dropped here), then ...
+        cp_async_commit();
+    };
+
+    // 1. Once per CTA: the first sample's box is requested; while it flies, the tables every sample shares.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
+    copy_box(first);
+    //    The row -> output offset table (-1: dropped), over all rows the warps compute (rows past this
+    //    CTA's share belong to the next CTA and are dropped here), and the number of valid rows.
     int valid_rows = 0;
     for (int base = 0; base < rows_alloc; base += threads) {
         const int r = base + tid;
@@ -272,7 +284,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (r < rows_alloc) row_out[r] = offset;
         valid_rows += __syncthreads_count(valid);
     }
-    // While the copies fly: weight fragments and tap offsets (global loads, not waited on until used).
+    //    Weight fragments (hi and lo for 3xTF32) and tap offsets.
     for (int i = tid; i < p.ksteps * NT * 32; i += threads) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
         const int co = j * 8 + (fl >> 2);
@@ -299,51 +311,70 @@ fused_conv_instnorm_max_kernel(const Params p) {
         }
         taps[i] = make_int2(off[0], off[1]);
     }
-    // 3. Wait for the box, round it to TF32 (hi) and keep the remainder (lo) once.
-    cp_async_wait_all();
-    __syncthreads();
-    for (int i = tid; i < p.c_in * p.box_pitch; i += threads) {
-        if constexpr (SPLIT3) {
-            const float v = box_lo[i], h = tf32_hi(v);
-            box_hi[i] = h;
-            box_lo[i] = v - h;
-        } else {
-            box_hi[i] = tf32_hi(box_hi[i]);
-        }
-    }
-    __syncthreads();
-
-    // 4. The implicit GEMM: rows = this warp's MT tiles, columns = NT x 8 channels, K in steps of 8.
-    float acc[MT][NT][4];
+    //    This thread's rows (row_out is complete: __syncthreads_count is a barrier): valid bit (i, h) for
+    //    rows g and g + 8 of its warp's tile i; the warp's count of valid rows.
+    uint32_t valid_bits = 0;
+    int warp_valid = 0;
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-
-    // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
-    // rows past this CTA's share are dropped like any invalid row), so the tile loop has no branch and
-    // the compiler can interleave the independent mma chains of different tiles.
-    const float* a_hi_base = box_hi + warp * MT * 16 + g;
-    const float* a_lo_base = box_lo + warp * MT * 16 + g;
-    for (int s = 0; s < p.ksteps; ++s) {
-        const int2 off = taps[s * 4 + t];
-        uint32_t b[NT][SPLIT3 ? 4 : 2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            if constexpr (SPLIT3) {
-                const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-                b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
-            } else {
-                const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-            }
+        for (int h = 0; h < 2; ++h) {
+            const bool v = row_out[(warp * MT + i) * 16 + g + 8 * h] >= 0;
+            valid_bits |= static_cast<uint32_t>(v) << (2 * i + h);
+            warp_valid += __popc(__ballot_sync(0xffffffffu, v) & 0x11111111u);  // lanes t = 0: one per row
         }
+    if (lane == 0) {
+        warp_count[warp] = static_cast<float>(warp_valid);
+        warp_inv_count[warp] = warp_valid > 0 ? 1.0 / warp_valid : 0.0;
+    }
+    const float warp_inv = warp_valid > 0 ? 1.f / static_cast<float>(warp_valid) : 0.f;
+    const double cta_count = valid_rows, cta_inv_count = valid_rows > 0 ? 1.0 / valid_rows : 0.0;
+
+    int parity = 0;
+    for (int64_t n = first; n < p.batch; n += clusters, parity ^= 1) {
+        // 2. The box of sample n (requested one sample ahead when it has its own buffer), rounded to
+        //    TF32 (hi) with the remainder (lo) kept; then the next sample's box is requested.
+        if (!p.prefetch && n != first) copy_box(n);
+        cp_async_wait_all();
+        __syncthreads();
+        for (int i = tid; i < p.c_in * p.box_pitch; i += threads) {
+            const float v = box_raw[i], h = tf32_hi(v);
+            box_hi[i] = h;
+            if constexpr (SPLIT3) box_lo[i] = v - h;
+        }
+        __syncthreads();
+        if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters);
+
+        // 3. The implicit GEMM: rows = this warp's MT tiles, columns = NT x 8 channels, K in steps of 8.
+        float acc[MT][NT][4];
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-            {
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+        // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
+        // rows past this CTA's share are dropped like any invalid row), so the tile loop has no branch and
+        // the compiler can interleave the independent mma chains of different tiles.
+        const float* a_hi_base = box_hi + warp * MT * 16 + g;
+        const float* a_lo_base = box_lo + warp * MT * 16 + g;
+        for (int s = 0; s < p.ksteps; ++s) {
+            const int2 off = taps[s * 4 + t];
+            uint32_t b[NT][SPLIT3 ? 4 : 2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if constexpr (SPLIT3) {
+                    const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
+                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+                    b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
+                } else {
+                    const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
+                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
                 const int r = i * 16;
                 const uint32_t a_hi[4] = {__float_as_uint(a_hi_base[r + off.x]), __float_as_uint(a_hi_base[r + 8 + off.x]),
                                           __float_as_uint(a_hi_base[r + off.y]), __float_as_uint(a_hi_base[r + 8 + off.y])};
@@ -365,148 +396,138 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 }
             }
         }
-    }
 
-    // 5. Statistics of this CTA's valid rows, per channel, from the registers.
-    bool valid[MT][2];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-        const int tile = warp * MT + i;
-        valid[i][0] = row_out[tile * 16 + g] >= 0;
-        valid[i][1] = row_out[tile * 16 + g + 8] >= 0;
-    }
-    // Pass 1: sums -> centre c (the CTA's mean, rounded to float).
-    {
-        float s1[NT][2];
+        // 4. Statistics of each warp's valid rows, per channel, from the registers: the warp's mean c
+        //    (rounded to float), then the sums of (y - c) and (y - c)^2 -- no barrier between the two.
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 float v = 0.f;
 #pragma unroll
-                for (int i = 0; i < MT; ++i) {
-                    if (valid[i][0]) v += acc[i][j][e];
-                    if (valid[i][1]) v += acc[i][j][2 + e];
-                }
-                s1[j][e] = sum_over_rows(v);
-            }
-        }
-        if (g == 0)
+                for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-        __syncthreads();
-        if (tid < 8 * NT) {
-            double s = 0.0;
-            for (int w = 0; w < p.warps; ++w) s += warp_sums[0][w][tid];
-            centre[tid] = valid_rows > 0 ? static_cast<float>(s / valid_rows) : 0.f;
-        }
-        __syncthreads();
-    }
-    // Pass 2: sums of (y - c) and (y - c)^2 -> (mean, M2) of this CTA, in float64.
-    {
-        float s1[NT][2], s2[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float c = centre[j * 8 + 2 * t + e];
+                    for (int h = 0; h < 2; ++h)
+                        if (valid_bits >> (2 * i + h) & 1u) v += acc[i][j][2 * h + e];
+                const float c = sum_over_rows(v) * warp_inv;
                 float v1 = 0.f, v2 = 0.f;
 #pragma unroll
-                for (int i = 0; i < MT; ++i) {
+                for (int i = 0; i < MT; ++i)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        if (valid[i][h]) {
+                    for (int h = 0; h < 2; ++h)
+                        if (valid_bits >> (2 * i + h) & 1u) {
                             const float d = acc[i][j][2 * h + e] - c;
                             v1 += d;
                             v2 = fmaf(d, d, v2);
                         }
-                    }
+                v1 = sum_over_rows(v1);
+                v2 = sum_over_rows(v2);
+                if (g == 0) {
+                    warp_sums[warp][j * 8 + 2 * t + e] = make_float2(v1, v2);
+                    warp_centre[warp][j * 8 + 2 * t + e] = c;
                 }
-                s1[j][e] = sum_over_rows(v1);
-                s2[j][e] = sum_over_rows(v2);
             }
         }
-        if (g == 0)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-                    warp_sums[1][warp][j * 8 + 2 * t + e] = s2[j][e];
-                }
         __syncthreads();
+        // 5. This CTA's (count, mean, M2) per channel, in float64 from the warps' (mean, sums), pushed into
+        //    every CTA of the cluster (distributed shared memory, slot [parity][rank]); one cluster barrier
+        //    (release/acquire) makes them visible. The slots alternate with the sample, so a CTA that runs
+        //    ahead to the next sample cannot overwrite values another CTA has yet to read.
+        if (n == first) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has started
         if (tid < 8 * NT) {
-            double d1 = 0.0, d2 = 0.0;
-            for (int w = 0; w < p.warps; ++w) {
-                d1 += warp_sums[0][w][tid];
-                d2 += warp_sums[1][w][tid];
-            }
-            const double cnt = valid_rows;
-            cta_stats[tid] = valid_rows > 0 ? make_double2(centre[tid] + d1 / cnt, fmax(d2 - d1 * d1 / cnt, 0.0))
-                                            : make_double2(0.0, 0.0);
-        }
-        if (tid == 0) cta_count = valid_rows;
-    }
-    // 6. Merge the cluster's statistics: gather every CTA's (count, mean, M2) through distributed shared
-    //    memory, all reads in flight at once, then merge them in rank order (so every CTA of the sample
-    //    computes the same coefficients, and the result does not depend on timing).
-    cluster.sync();
-    for (int i = tid; i < cluster_size * 8 * NT; i += threads) {
-        const int r = i / (8 * NT), ch = i % (8 * NT);
-        const double2 st = cluster.map_shared_rank(cta_stats, r)[ch];
-        gathered[r * 8 * NT + ch] = make_double3(*cluster.map_shared_rank(&cta_count, r), st.x, st.y);
-    }
-    cluster.sync();  // every remote read is done (a CTA may now leave) and `gathered` is visible
-    if (tid < p.c_out) {
-        double count = 0.0, mean = 0.0, m2 = 0.0;
-        for (int r = 0; r < cluster_size; ++r) {
-            const double3 st = gathered[r * 8 * NT + tid];
-            if (st.x == 0.0) continue;
-            const double total = count + st.x, delta = st.y - mean;
-            mean += delta * st.x / total;
-            m2 += st.z + delta * delta * count * st.x / total;
-            count = total;
-        }
-        const double var = m2 / count;
-        const float m = __ldg(p.multiplier + tid);
-        const double a = m / sqrt(static_cast<double>(m) * m * var + static_cast<double>(p.eps));
-        const float mu_hi = static_cast<float>(mean);
-        coef[tid] = make_float4(mu_hi, static_cast<float>(mean - mu_hi), static_cast<float>(a), m);
-    }
-    __syncthreads();
-
-    // 7. Epilogue: normalise -> clamp -> * m -> max over channels (thread's channels, then the quad).
-    float4 cf[NT][2];
-    bool live[NT][2];
+            // No division and a fixed trip count: this runs on one warp while the others wait at the cluster
+            // barrier (with a double division per warp it cost ~6 us per sample on an H100).
+            double sum = 0.0;  // sum of y = count * centre + sum of (y - centre), over the warps
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+            for (int w = 0; w < kMaxWarps; ++w)
+                if (w < p.warps) sum += static_cast<double>(warp_count[w]) * warp_centre[w][tid] + warp_sums[w][tid].x;
+            const double mean = sum * cta_inv_count;
+            double m2 = 0.0;  // sum over warps of M2_w + n_w (mean_w - mean)^2; a warp without rows adds 0
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int ch = j * 8 + 2 * t + e;
-            live[j][e] = ch < p.c_out;
-            cf[j][e] = live[j][e] ? coef[ch] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    float* out_n = p.out + n * (static_cast<int64_t>(p.od) * p.oh * p.ow);
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-        const int tile = warp * MT + i;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float best = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    if (!live[j][e]) continue;
-                    const float4 c = cf[j][e];
-                    const float z = ((acc[i][j][2 * h + e] - c.x) - c.y) * c.z;
-                    best = nan_max(best, c.w * nan_min(nan_max(z, p.lo), p.hi));
+            for (int w = 0; w < kMaxWarps; ++w)
+                if (w < p.warps) {
+                    const double nw = warp_count[w], inv = warp_inv_count[w];
+                    const double s1 = warp_sums[w][tid].x, s2 = warp_sums[w][tid].y;
+                    const double dm = (warp_centre[w][tid] - mean) + s1 * inv;
+                    m2 += (s2 - s1 * s1 * inv) + nw * dm * dm;
                 }
-            best = nan_max(best, __shfl_xor_sync(0xffffffffu, best, 1));
-            best = nan_max(best, __shfl_xor_sync(0xffffffffu, best, 2));
-            if (t == 0 && valid[i][h]) out_n[row_out[tile * 16 + g + 8 * h]] = best;
+            const double3 mine = make_double3(cta_count, valid_rows > 0 ? mean : 0.0, fmax(m2, 0.0));
+            double3* slot = gathered + (parity * cluster_size + rank) * 8 * NT + tid;
+            for (int r = 0; r < cluster_size; ++r) *cluster.map_shared_rank(slot, r) = mine;
+        }
+        cluster.sync();
+        // 6. Merge the cluster's (count, mean, M2) in rank order (every CTA of the sample computes the same
+        //    coefficients, independent of timing): mean first, then M2 about it; no division (1 / count is
+        //    a parameter). The epilogue's coefficients fold the multiplier into the normalisation:
+        //    m * clamp(a (y - mu), lo, hi) = clamp(s (y - mu), L, H) with s = a m = m^2 / sqrt(m^2 var + eps),
+        //    [L, H] = m * [lo, hi] in increasing order (lo > hi clamps everything to hi, as torch.clamp does).
+        //    Channels past C_out get s = 0 and L = H = -inf, so they never win the max.
+        if (tid < 8 * NT) {
+            float4 c = make_float4(0.f, 0.f, 0.f, -INFINITY);
+            float top = -INFINITY;
+            if (tid < p.c_out) {
+                const double3* st = gathered + parity * cluster_size * 8 * NT + tid;
+                double sum = 0.0;
+#pragma unroll
+                for (int r = 0; r < kMaxCluster; ++r)
+                    if (r < cluster_size) sum += st[r * 8 * NT].x * st[r * 8 * NT].y;
+                const double mean = sum * p.inv_count;
+                double m2 = 0.0;
+#pragma unroll
+                for (int r = 0; r < kMaxCluster; ++r)
+                    if (r < cluster_size) {
+                        const double3 v = st[r * 8 * NT];
+                        const double dm = v.y - mean;
+                        m2 += v.z + v.x * dm * dm;
+                    }
+                const double var = m2 * p.inv_count;
+                const float m = __ldg(p.multiplier + tid);
+                const double md = m;
+                const float mu_hi = static_cast<float>(mean);
+                const float lo = p.lo > p.hi ? p.hi : p.lo;
+                const float bound_lo = m * lo, bound_hi = m * p.hi;  // rounded as m * clamp(...) would round
+                c = make_float4(mu_hi, static_cast<float>(mean - mu_hi),
+                                static_cast<float>(md * md * rsqrt(md * md * var + static_cast<double>(p.eps))),
+                                fminf(bound_lo, bound_hi));
+                top = fmaxf(bound_lo, bound_hi);
+            }
+            coef[tid] = c;
+            coef_hi[tid] = top;
+        }
+        __syncthreads();
+
+        // 7. Epilogue: clamp(s (y - mu), L, H), max over channels (the thread's channels, then the quad);
+        //    lanes t = 0 and 1 store rows g and g + 8 of each tile.
+        float4 cf[NT][2];
+        float top[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                cf[j][e] = coef[j * 8 + 2 * t + e];
+                top[j][e] = coef_hi[j * 8 + 2 * t + e];
+            }
+        float* out_n = p.out + n * (static_cast<int64_t>(p.od) * p.oh * p.ow);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            float best[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                best[h] = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float4 c = cf[j][e];
+                        const float z = ((acc[i][j][2 * h + e] - c.x) - c.y) * c.z;
+                        best[h] = nan_max(best[h], nan_min(nan_max(z, c.w), top[j][e]));
+                    }
+                best[h] = nan_max(best[h], __shfl_xor_sync(0xffffffffu, best[h], 1));
+                best[h] = nan_max(best[h], __shfl_xor_sync(0xffffffffu, best[h], 2));
+            }
+            const int h = t & 1;
+            if (t < 2 && (valid_bits >> (2 * i + h) & 1u))
+                out_n[row_out[(warp * MT + i) * 16 + g + 8 * h]] = h ? best[1] : best[0];
         }
     }
 #else
@@ -610,7 +631,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         const int64_t tiles_alloc = (tiles + mt - 1) / mt * mt;
         pitch = (tiles_alloc * 16 + halo + 3) / 4 * 4;
         bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(tiles_alloc),
-                         static_cast<int>(c_in), static_cast<int>(pitch));
+                         static_cast<int>(c_in), static_cast<int>(pitch), false);
         return bytes <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) && ksteps < (1 << 20);
     };
     int64_t cs = 0, tiles = 0, pitch = 0;
@@ -633,8 +654,14 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         }
     }
     const int64_t warps = (tiles + mt - 1) / mt;
-    if (!split3) bytes = SmemLayout{nt, false}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
-                                  static_cast<int>(c_in), static_cast<int>(pitch));
+    // The envelope above is the fp32 mode's footprint without a landing buffer; the buffer is added when
+    // it fits (then the next sample's box loads while this one is computed).
+    const auto footprint = [&](bool prefetch) {
+        return SmemLayout{nt, split3}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
+                                            static_cast<int>(c_in), static_cast<int>(pitch), prefetch);
+    };
+    const bool prefetch = footprint(true) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
+    bytes = footprint(prefetch);
 
     Params& P = plan.params;
     P.c_in = static_cast<int>(c_in);
@@ -649,16 +676,19 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     P.box_pitch = static_cast<int>(pitch);
     P.ksteps = static_cast<int>(ksteps);
     P.warps = static_cast<int>(warps);
+    P.prefetch = prefetch ? 1 : 0;
+    P.batch = batch;
+    P.inv_count = 1.0 / static_cast<double>(od * oh * ow);
     plan.nt = nt;
     plan.cluster = static_cast<int>(cs);
     plan.smem_bytes = bytes;
     return plan;
 }
 
-// Launch configuration with the cluster attribute; `attr` must outlive the config's use.
-cudaLaunchConfig_t launch_config(const Plan& plan, int64_t batch, cudaStream_t stream, cudaLaunchAttribute* attr) {
+// Launch configuration for `clusters` clusters, with the cluster attribute; `attr` must outlive the config's use.
+cudaLaunchConfig_t launch_config(const Plan& plan, int64_t clusters, cudaStream_t stream, cudaLaunchAttribute* attr) {
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(plan.cluster * batch), 1, 1);
+    config.gridDim = dim3(static_cast<unsigned>(plan.cluster * clusters), 1, 1);
     config.blockDim = dim3(static_cast<unsigned>(plan.params.warps * 32), 1, 1);
     config.dynamicSmemBytes = plan.smem_bytes;
     config.stream = stream;
@@ -841,7 +871,6 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     TORCH_CHECK(out.dim() == 4 && out.size(0) == N && out.size(1) == od && out.size(2) == oh && out.size(3) == ow,
                 "forward: out must have shape (N, Do, Ho, Wo) = ", str_of({N, od, oh, ow}), ", got ",
                 str_of(out.sizes()));
-    TORCH_CHECK(plan.cluster * N < (int64_t{1} << 31), "forward: batch too large: ", std::to_string(N));
     if (N == 0) return out;
 
     Params& P = plan.params;
@@ -853,9 +882,14 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.lo = static_cast<float>(clamp_min);
     P.hi = static_cast<float>(clamp_max);
 
+    // Persistent clusters: as many as fit at once (at most one per sample); each loops over its samples.
+    std::string why;
+    const int active = active_clusters(plan, split3, device, &why);
+    TORCH_CHECK(active >= 1, "forward: ", unschedulable(plan, why));
+    const int64_t clusters = std::min<int64_t>(N, active);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t config = launch_config(plan, N, stream, attr);
+    const cudaLaunchConfig_t config = launch_config(plan, clusters, stream, attr);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan.nt, split3), P));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
@@ -871,7 +905,8 @@ std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t b
     TORCH_CHECK(plan.problem.empty(), "plan_info: outside v3's envelope: ", plan.problem);
     return {{"cluster_size", plan.cluster}, {"rows_per_cta", plan.params.tiles_per_cta * 16},
             {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)}, {"n_tiles", plan.nt},
-            {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))}};
+            {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"prefetch", plan.params.prefetch},
+            {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))}};
 }
 
 }  // namespace model_a_v3

@@ -152,6 +152,47 @@ def test_plan_info_at_kernelbench_size():
     info = _v3_ext().plan_info([16, 32, 32], 128, 3, 16, [3, 3, 3], False, torch.cuda.current_device())
     assert info["cluster_size"] * info["rows_per_cta"] >= 14 * 32 * 32
     assert info["n_tiles"] == 2 and info["k_steps"] == 11
+    assert info["prefetch"] == 1  # the next sample's box has a landing buffer
+
+
+def test_persistent_clusters_many_samples_each():
+    """More samples than clusters fit at once: each persistent cluster computes several samples in turn,
+    so both slots of the statistics exchange are used and each box is loaded during the sample before."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    init = [2, 16, 3, (16, 1, 1, 1), -1.0, 1.0]
+    shape = (2, 6, 7, 9)
+    active = ext.plan_info(list(shape[1:]), 4096, 2, 16, [3, 3, 3], False, device)["active_clusters"]
+    batch = 2 * active + 3
+    info = ext.plan_info(list(shape[1:]), batch, 2, 16, [3, 3, 3], False, device)
+    assert batch > 2 * info["active_clusters"] and info["prefetch"] == 1, info
+    model, fused = _models(init)
+    helpers.parity_sweep(model, fused, lambda seed: [torch.rand(batch, *shape, device="cuda")], seeds=(11,),
+                         shifts=(0.0, 100.0), tf32={"v3 tf32"})
+
+
+def test_box_without_landing_buffer_matches_prefetched():
+    """With clusters of 4 the fp32 box leaves no room for a landing buffer: each sample's box then loads
+    after the previous sample, in place. With clusters of 16 it loads one sample ahead. Several samples
+    per cluster either way; both match float64 and each other to float rounding."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    in_size, c_in, c_out, k = [12, 24, 24], 8, 16, 3
+    plans = {cs: ext.plan_info(in_size, 70, c_in, c_out, [k] * 3, False, device, cluster_size=cs) for cs in (4, 16)}
+    assert plans[4]["prefetch"] == 0 and plans[16]["prefetch"] == 1, plans
+    batch = 2 * max(plan["active_clusters"] for plan in plans.values()) + 1
+    model, _ = _models([c_in, c_out, k, (c_out, 1, 1, 1), -0.7, 1.3], modes=())
+    helpers.randomize_parameters(model, seed=12)
+    x = torch.rand(batch, c_in, *in_size, device="cuda")
+    with torch.no_grad():
+        truth = model.double()(x.double())
+    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    outs = {}
+    for cs in (4, 16):
+        out = torch.full(truth.shape, float("nan"), device="cuda")
+        outs[cs] = ext.forward(x, w, m, -0.7, 1.3, 1e-5, False, out, cluster_size=cs)
+        assert helpers.errors_vs(truth, outs[cs])["rel_l2"] < 1e-6, cs
+    torch.testing.assert_close(outs[4], outs[16], atol=2e-6, rtol=0)
 
 
 def test_extension_checks_name_the_argument():
