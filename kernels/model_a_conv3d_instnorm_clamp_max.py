@@ -8,10 +8,10 @@ kernels), ``get_inputs()`` and ``get_init_inputs()`` at the KernelBench size.
 ``ModelNew`` has two forward variants:
 
 * ``variant="v3"`` (default): the whole model in one launch of
-  ``kernels/model_a_v3_fused_conv_instnorm_max.cu``. One thread-block cluster per sample computes
-  the conv on tensor cores (3xTF32 split products by default, fp32-accurate; 1xTF32 with
-  ``allow_tf32=True``), keeps it in registers while the InstanceNorm statistics are merged across
-  the cluster, and writes only the (N, D', H', W') output.
+  ``kernels/model_a_v3_fused_conv_instnorm_max.cu``. Persistent thread-block clusters, one sample
+  at a time each, compute the conv on tensor cores (3xTF32 split products by default, fp32-accurate;
+  1xTF32 with ``allow_tf32=True``), keep it in registers while the InstanceNorm statistics are
+  merged across the cluster, and write only the (N, D', H', W') output.
 * ``variant="v1"``: PyTorch's (cuDNN) Conv3d, then ``kernels/model_a_v1_fused_tail.cu``: one pass
   for the per-(n, c) statistics, one pass for normalise -> clamp -> x m -> max.
 

@@ -16,7 +16,9 @@
 //       out[n, s] = max_c  m_c * clamp((y[n, c, s] - mu_c) * a_c, lo, hi).
 //   InstanceNorm removes any per-channel constant, so the conv bias cannot change `out`: it is not
 //   read. y - mu is evaluated as (y - mu_hi) - mu_lo with mu = mu_hi + mu_lo two floats, so a large
-//   common offset (inputs shifted by +100) costs no accuracy.
+//   common offset (inputs shifted by +100) costs no accuracy. The multiplier is folded in:
+//   m * clamp(z, lo, hi) = clamp(m z, L, H) with [L, H] = m * [lo, hi] in increasing order, so the
+//   epilogue computes clamp((y - mu) * s, L, H) with s = a m, one multiply per value.
 //   Flat implicit GEMM: with stride 1 and no padding, output (od, oh, ow) reads input flat index
 //   q + off(ci, kd, kh, kw), q = (od * H + oh) * W + ow, off = ci * plane + (kd * H + kh) * W + kw. So the
 //   kernel treats the Do x H x W flat positions q of a sample as GEMM rows (those with oh >= Ho or
@@ -27,28 +29,35 @@
 //   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
 //   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"); the TF32 mode
 //   (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
-//   Statistics: each CTA sums its valid rows per channel (pass 1, giving a centre c), then sums
-//   (y - c) and (y - c)^2 (pass 2), all from registers; the CTAs of a cluster then merge their
-//   (count, mean, M2) in float64 through distributed shared memory (Chan et al.'s pairwise update).
+//   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
+//   sums (y - c) and (y - c)^2, all from registers and shuffles; one warp per CTA combines the warps'
+//   (count, mean, M2) in float64 (no division: the inverse counts are computed once), pushes the CTA's
+//   (count, mean, M2) into every CTA of the cluster through distributed shared memory, and after one
+//   cluster barrier each CTA merges them in rank order (mean, then M2 about it: Chan et al.'s update).
 //
 // Tiling
-//   One thread-block cluster per sample, of `cluster` CTAs (1..16). CTA r of the cluster owns the flat
-//   rows [r * S, (r + 1) * S) of its sample, S = 16 * tiles_per_cta. A warp owns MT consecutive m16
+//   Persistent clusters of `cluster` CTAs (1..16): as many clusters as fit on the GPU at once (at most
+//   N), cluster i computing samples i, i + clusters, ... in turn. CTA r of a cluster owns the flat
+//   rows [r * S, (r + 1) * S) of each sample, S = 16 * tiles_per_cta. A warp owns MT consecutive m16
 //   tiles x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, so 64 accumulators per
 //   thread); a CTA has ceil(tiles_per_cta / MT) <= 16 warps. The host picks the cluster size with the
 //   least estimated time from the occupancy API (clusters must fit in one GPC, which leaves SMs idle
 //   for some sizes): 8 CTAs of 14 warps (1792 rows each) at the KernelBench size on an H100.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
-//   copied with cp.async, zeros past the sample's end), split into TF32 hi (and lo) planes once;
-//   the weight fragments, pre-split; the per-k-step tap offsets; each row's output offset (-1: dropped);
-//   the cluster's gathered statistics.
+//   copied with cp.async, zeros past the sample's end) into a landing buffer, split into TF32 hi (and
+//   lo) planes; the next sample's box is then requested into the landing buffer, so it loads while this
+//   sample is computed (where the landing buffer does not fit, the box lands in place, after the sample
+//   before); the weight fragments, pre-split; the per-k-step tap offsets; each row's output offset
+//   (-1: dropped); the cluster's statistics, two slots (sample parity), so one barrier per sample suffices.
+//   All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.24 ms fp32-accurate and 0.18 ms
-//   TF32, 2x and 2.6x torch.compile, far from the floors (0.08 ms for the conv at the FP32 FFMA rate).
-//   An ncu profile shows why: only 15 clusters are resident at once (8-9 waves for 128 samples), the
-//   statistics and epilogue code that runs once per warp is a third of the instructions, the cluster
-//   barriers idle the SM while the slowest CTA finishes, and the A-fragment loads have 2-way bank
-//   conflicts (the tap offset +W lands on the banks of +0). results/model_a/NOTES.md lists what next.
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.19 ms fp32-accurate and 0.13 ms
+//   TF32 (2.6x and 3.7x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+//   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
+//   20 us (fp32) and 13.5 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
+//   the statistics, the cluster barrier, the epilogue and latency (3.5 warps per scheduler), and the
+//   A-fragment loads have 2-way bank conflicts (the tap offset +W lands on the banks of +0).
+//   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
 //   x       : (N, C_in, D, H, W) float32, contiguous (NCDHW), CUDA
