@@ -44,17 +44,17 @@
 //   least estimated time from the occupancy API (clusters must fit in one GPC, which leaves SMs idle
 //   for some sizes): 8 CTAs of 14 warps (1792 rows each) at the KernelBench size on an H100.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
-//   copied with cp.async, zeros past the sample's end) into a landing buffer, split into TF32 hi (and
-//   lo) planes; the next sample's box is then requested into the landing buffer, so it loads while this
-//   sample is computed (where the landing buffer does not fit, the box lands in place, after the sample
-//   before); the weight fragments, pre-split; the per-k-step tap offsets; each row's output offset
-//   (-1: dropped); the cluster's statistics, two slots (sample parity), so one barrier per sample suffices.
-//   All but the box are computed once per CTA.
+//   copied with cp.async, zeros past the sample's end), as float: the GEMM splits each A element into
+//   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
+//   other one as soon as this one has arrived, so it loads while this sample is computed (where only
+//   one fits, it loads after the sample before). The weight fragments, pre-split; the per-k-step tap
+//   offsets; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
+//   parity), so one barrier per sample suffices. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.19 ms fp32-accurate and 0.13 ms
-//   TF32 (2.6x and 3.7x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.18 ms fp32-accurate and 0.13 ms
+//   TF32 (2.7x and 3.8x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   20 us (fp32) and 13.5 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
+//   19 us (fp32) and 13 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
 //   the statistics, the cluster barrier, the epilogue and latency (3.5 warps per scheduler), and the
 //   A-fragment loads have 2-way bank conflicts (the tap offset +W lands on the banks of +0).
 //   results/model_a/NOTES.md has the measurements and what to try next.
@@ -71,8 +71,8 @@
 //   dilation 1, groups 1; 1 <= C_out <= 32; any N >= 0, C_in >= 1, D, H, W >= k with more than one
 //   output position; a sample's flat rows (Do * H * W) spread over at most 16 CTAs, and the input box
 //   plus weight fragments fitting in the GPU's shared memory (227 KB on an H100, less 8 KB kept for
-//   static shared memory). The KernelBench size takes 113 KB per CTA (fp32 mode). Larger C_in * k^3
-//   (e.g. C_in 16 with k = 5) or larger samples (e.g. 64 x 64 x 64) fall outside and run v1.
+//   static shared memory). The KernelBench size takes 116 KB per CTA (fp32 mode, two boxes). Larger
+//   C_in * k^3 (e.g. C_in 16 with k = 5) or larger samples (e.g. 64 x 64 x 64) fall outside and run v1.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_a_v3", cpp_sources="",
@@ -127,7 +127,7 @@ struct Params {
     int box_pitch;            // floats between two channels of the input box
     int ksteps;               // ceil(C_in * k^3 / 8)
     int warps;                // warps per CTA (8 or 16); warp w owns tiles [w * MT, (w + 1) * MT)
-    int prefetch;             // 1: the box has its own landing buffer, so sample n + clusters loads during n
+    int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
     int64_t batch;            // N
     double inv_count;         // 1 / (Do * Ho * Wo): the statistics' count per (sample, channel)
     float eps, lo, hi;
@@ -189,7 +189,7 @@ __device__ __forceinline__ float sum_over_rows(float v) {
 // Shared-memory layout of one CTA (dynamic part), in this order, each part 16-byte aligned.
 struct SmemLayout {
     int nt;       // n8 tiles
-    bool split3;  // 3xTF32: hi and lo planes of the box, hi and lo weight fragments
+    bool split3;  // 3xTF32: hi and lo weight fragments
     __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
         return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
@@ -198,8 +198,8 @@ struct SmemLayout {
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
     __host__ __device__ size_t row_bytes(int tiles) const { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
-    __host__ __device__ size_t box_bytes(int c_in, int pitch, bool prefetch) const {  // hi (lo) (landing buffer)
-        return static_cast<size_t>((split3 ? 2 : 1) + (prefetch ? 1 : 0)) * c_in * pitch * sizeof(float);
+    __host__ __device__ size_t box_bytes(int c_in, int pitch, bool prefetch) const {  // one box, two to prefetch
+        return static_cast<size_t>(prefetch ? 2 : 1) * c_in * pitch * sizeof(float);
     }
     __host__ __device__ size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch, bool prefetch) const {
         return weight_bytes(ksteps) + gathered_bytes(cluster) + tap_bytes(ksteps) + row_bytes(tiles) +
@@ -232,10 +232,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
     carve += layout.tap_bytes(p.ksteps);
     int* row_out = reinterpret_cast<int*>(carve);
     carve += layout.row_bytes(p.warps * MT);
-    float* box_hi = reinterpret_cast<float*>(carve);
-    float* box_lo = box_hi + p.c_in * p.box_pitch;                     // SPLIT3 only
-    float* box_raw = p.prefetch ? box_hi + (SPLIT3 ? 2 : 1) * p.c_in * p.box_pitch  // where the copies land
-                                : (SPLIT3 ? box_lo : box_hi);          // (no prefetch: split in place)
+    float* boxes = reinterpret_cast<float*>(carve);  // [1 or 2 (prefetch: sample parity)][c_in][box_pitch]
+    const int box_floats = p.c_in * p.box_pitch;
 
     __shared__ float2 warp_sums[kMaxWarps][8 * NT];  // per warp and channel: sum of (y - centre), of (y - centre)^2
     __shared__ float warp_centre[kMaxWarps][8 * NT];  // the warp's own mean, rounded to float
@@ -253,14 +251,14 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const int first = static_cast<int>(blockIdx.x) / cluster_size;  // this cluster's first sample
 
     // Input box of sample n: channel ci, element j = x[n, ci, row0 + j] (0 past the sample's end), into
-    // box_raw with cp.async (one commit group; waited on before the split).
+    // `box` with cp.async (one commit group; waited on before the GEMM).
     const bool vec = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
-    const auto copy_box = [&](int64_t n) {
+    const auto copy_box = [&](int64_t n, float* box) {
         const float* xs = p.x + (n * p.c_in) * static_cast<int64_t>(p.plane);
         const int remaining = p.plane - row0;  // elements of each channel from row0 on
         for (int ci = 0; ci < p.c_in; ++ci) {
             const float* src = xs + static_cast<int64_t>(ci) * p.plane + row0;
-            float* dst = box_raw + ci * p.box_pitch;
+            float* dst = box + ci * p.box_pitch;
             if (vec) {
                 for (int j = 4 * tid; j < p.box_pitch; j += 4 * threads) {
                     const int bytes = max(0, min(16, 4 * (remaining - j)));
@@ -276,7 +274,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
 
     // 1. Once per CTA: the first sample's box is requested; while it flies, the tables every sample shares.
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
-    copy_box(first);
+    copy_box(first, boxes);
     //    The row -> output offset table (-1: dropped), over all rows the warps compute (rows past this
     //    CTA's share belong to the next CTA and are dropped here), and the number of valid rows.
     int valid_rows = 0;
@@ -341,18 +339,14 @@ fused_conv_instnorm_max_kernel(const Params p) {
 
     int parity = 0;
     for (int64_t n = first; n < p.batch; n += clusters, parity ^= 1) {
-        // 2. The box of sample n (requested one sample ahead when it has its own buffer), rounded to
-        //    TF32 (hi) with the remainder (lo) kept; then the next sample's box is requested.
-        if (!p.prefetch && n != first) copy_box(n);
+        // 2. The box of sample n: requested during the sample before into the other buffer (prefetch), or
+        //    now into the only one (every warp is past the previous GEMM: the barriers of steps 4-6).
+        //    Once it is here, the next sample's box is requested into the other buffer.
+        float* box = boxes + (p.prefetch ? parity : 0) * box_floats;
+        if (!p.prefetch && n != first) copy_box(n, box);
         cp_async_wait_all();
         __syncthreads();
-        for (int i = tid; i < p.c_in * p.box_pitch; i += threads) {
-            const float v = box_raw[i], h = tf32_hi(v);
-            box_hi[i] = h;
-            if constexpr (SPLIT3) box_lo[i] = v - h;
-        }
-        __syncthreads();
-        if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters);
+        if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters, boxes + (parity ^ 1) * box_floats);
 
         // 3. The implicit GEMM: rows = this warp's MT tiles, columns = NT x 8 channels, K in steps of 8.
         float acc[MT][NT][4];
@@ -366,8 +360,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
         // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
         // rows past this CTA's share are dropped like any invalid row), so the tile loop has no branch and
         // the compiler can interleave the independent mma chains of different tiles.
-        const float* a_hi_base = box_hi + warp * MT * 16 + g;
-        const float* a_lo_base = box_lo + warp * MT * 16 + g;
+        // A fragments are loaded as float and split in registers: hi = v rounded to TF32, lo = v - hi
+        // (3xTF32), or hi only (TF32 mode). One shared load per element for either mode.
+        const float* a_base = box + warp * MT * 16 + g;
         for (int s = 0; s < p.ksteps; ++s) {
             const int2 off = taps[s * 4 + t];
             uint32_t b[NT][SPLIT3 ? 4 : 2];
@@ -385,11 +380,14 @@ fused_conv_instnorm_max_kernel(const Params p) {
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const int r = i * 16;
-                const uint32_t a_hi[4] = {__float_as_uint(a_hi_base[r + off.x]), __float_as_uint(a_hi_base[r + 8 + off.x]),
-                                          __float_as_uint(a_hi_base[r + off.y]), __float_as_uint(a_hi_base[r + 8 + off.y])};
+                const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
+                uint32_t a_hi[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
                 if constexpr (SPLIT3) {
-                    const uint32_t a_lo[4] = {__float_as_uint(a_lo_base[r + off.x]), __float_as_uint(a_lo_base[r + 8 + off.x]),
-                                              __float_as_uint(a_lo_base[r + off.y]), __float_as_uint(a_lo_base[r + 8 + off.y])};
+                    uint32_t a_lo[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) a_lo[e] = __float_as_uint(v[e] - __uint_as_float(a_hi[e]));
 #pragma unroll
                     for (int j = 0; j < NT; ++j) {
                         float part[4] = {0.f, 0.f, 0.f, 0.f};
@@ -663,8 +661,8 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         }
     }
     const int64_t warps = (tiles + mt - 1) / mt;
-    // The envelope above is the fp32 mode's footprint without a landing buffer; the buffer is added when
-    // it fits (then the next sample's box loads while this one is computed).
+    // The envelope above is the fp32 mode's footprint with one box; a second box is added when it fits
+    // (then the next sample's box loads while this one is computed).
     const auto footprint = [&](bool prefetch) {
         return SmemLayout{nt, split3}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
                                             static_cast<int>(c_in), static_cast<int>(pitch), prefetch);

@@ -152,7 +152,7 @@ def test_plan_info_at_kernelbench_size():
     info = _v3_ext().plan_info([16, 32, 32], 128, 3, 16, [3, 3, 3], False, torch.cuda.current_device())
     assert info["cluster_size"] * info["rows_per_cta"] >= 14 * 32 * 32
     assert info["n_tiles"] == 2 and info["k_steps"] == 11
-    assert info["prefetch"] == 1  # the next sample's box has a landing buffer
+    assert info["prefetch"] == 1  # two boxes: the next sample's loads during this one
 
 
 def test_persistent_clusters_many_samples_each():
@@ -171,13 +171,13 @@ def test_persistent_clusters_many_samples_each():
                          shifts=(0.0, 100.0), tf32={"v3 tf32"})
 
 
-def test_box_without_landing_buffer_matches_prefetched():
-    """With clusters of 4 the fp32 box leaves no room for a landing buffer: each sample's box then loads
-    after the previous sample, in place. With clusters of 16 it loads one sample ahead. Several samples
-    per cluster either way; both match float64 and each other to float rounding."""
+def test_one_box_matches_two_boxes():
+    """With clusters of 4 only one box fits beside the weights: each sample's box then loads after the
+    sample before, into the same buffer. With clusters of 16 two fit and the box loads one sample ahead.
+    Several samples per cluster either way; both match float64 and each other to float rounding."""
     ext = _v3_ext()
     device = torch.cuda.current_device()
-    in_size, c_in, c_out, k = [12, 24, 24], 8, 16, 3
+    in_size, c_in, c_out, k = [12, 24, 24], 12, 16, 3
     plans = {cs: ext.plan_info(in_size, 70, c_in, c_out, [k] * 3, False, device, cluster_size=cs) for cs in (4, 16)}
     assert plans[4]["prefetch"] == 0 and plans[16]["prefetch"] == 1, plans
     batch = 2 * max(plan["active_clusters"] for plan in plans.values()) + 1
