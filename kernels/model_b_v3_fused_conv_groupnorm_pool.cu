@@ -29,11 +29,12 @@
 //   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
 //   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"; the dropped lo*lo is
 //   below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
-//   Statistics: each CTA sums its valid rows per channel (pass 1, giving a centre c), then sums (y - c)
-//   and (y - c)^2 (pass 2), from registers, and stores (mean, M2) in float64 per (sample, tile,
-//   channel). Pass 2 of the model merges them per group with Chan et al.'s pairwise update in float64,
-//   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
-//   shifted by +100 cost no accuracy.
+//   Statistics: each warp centres a channel's valid values on their mean c (rounded to float) and sums
+//   (y - c) and (y - c)^2 from registers, without a barrier; after the tile's one barrier, warp 0
+//   merges the 8 warps relative to warp 0's centre (float, no division but one) and stores (mean, M2)
+//   in float64 per (sample, tile, channel). Pass 2 of the model merges the tiles per group in float64
+//   (Chan et al.'s merge as two block sums) and evaluates Q - mu as (Q - s_hi) - s_lo with
+//   s = mu - bias = s_hi + s_lo two floats: inputs shifted by +100 cost no accuracy.
 //
 // Tiling
 //   A unit of work is one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
@@ -41,12 +42,18 @@
 //   conv rows by TX conv columns. When P * W <= 512 a tile spans whole input rows (BS = W, TX = Wo; at the
 //   KernelBench size R = 4, 512 rows exactly, 32 tiles per sample); otherwise TX = P * PX columns with
 //   BS = TX + kw - 1. Tiles start at multiples of P, so every pooling window lies in one tile.
-//   The grid is persistent (as many CTAs as fit at once): each CTA serves one channel chunk, sets up its
-//   weight fragments once and walks its units, copying the next unit's input box while it computes.
+//   Where P is 2, 4, 8 or 16 the stride BS is a multiple of P (rounded up when tiles do not span whole
+//   rows). The grid is persistent (as many CTAs as fit at once): each CTA serves one channel chunk, sets
+//   up its weight fragments once and walks its units, copying the next unit's input box while it computes.
+//   GEMM rows are assigned so that a lane holds 4 consecutive positions twice (m = 64 warp + 32 h + 4 g +
+//   i): windows pool along x in registers when P in {2, 4, 8, 16} divides BS (plus one or two shuffles
+//   for P = 8, 16), then along y through shared memory, all channels behind one barrier per tile; other
+//   P pool through shared memory 8 channels at a time.
 //   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the per-k-step tap
-//   offsets; two input boxes (C_in x (R + kh - 1) x BS floats, copied with cp.async, zeros outside the
-//   input; A fragments are split into TF32 hi and lo in registers); a stage for 8 channels of the conv
-//   tile for pooling. The KernelBench size takes 84 KB (fp32 mode); two CTAs share an SM.
+//   offsets; two input boxes (C_in x (R + kh - 1) x BS floats; A fragments are split into TF32 hi and lo
+//   in registers), copied by TMA bulk copies (one per channel, sm_90, whole input rows, W % 4 = 0, x
+//   16-byte aligned) or else by cp.async with zeros outside the input; the stage (x-pooled values of all
+//   channels, or 8 raw channels). The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
 //
 // Shapes and layouts
 //   x       : (N, C_in, H, W) float32, contiguous (NCHW), CUDA
@@ -60,7 +67,7 @@
 //   wrapper then runs v2 -- cuDNN's conv + the two-pass tail -- instead)
 //   Compute capability 8.0 or newer (mma.sync TF32); kernel 1..7 each side, stride 1, no padding,
 //   dilation 1, groups 1 (the Python wrapper checks those); pool 1..16 and no larger than the conv
-//   output; any N >= 0, C_in >= 1, C_out >= 1 divisible by G, H, W; C_in * H * W < 2^31; the input box
+//   output; any N >= 0, C_in >= 1, C_out >= 1 divisible by G, H, W; C_in * H * W < 2^31; the input
 //   boxes, weight fragments and stage within the GPU's shared memory (227 KB on an H100): at W = 128,
 //   C_in <= 24 with k = 3 and C_in <= 14 with k = 5 (C_in 32 with k = 3 is outside and runs v2).
 //
@@ -91,10 +98,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = 4;                            // m16 tiles per warp
 constexpr int kRows = kWarps * kMTiles * 16;          // GEMM rows per CTA: 512
-constexpr int kStageStride = kRows + 4;               // floats per staged channel (+4: writes hit 32 banks)
+constexpr int kStageStride = kRows + 4;               // floats per staged channel, general pooling (+4: banks)
 constexpr int kMaxKernel = 7;
 constexpr int kMaxPool = 16;
-constexpr int kStaticSmemReserve = 4096;              // static shared memory (< 2.5 KB) comes off the opt-in limit
+constexpr int kStaticSmemReserve = 5120;              // static shared memory (< 4.5 KB) comes off the opt-in limit
 constexpr int kFinalThreads = 256;
 
 struct Params {
@@ -115,6 +122,9 @@ struct Params {
     int ksteps;               // ceil(C_in * kh * kw / 8)
     int batch;                // N
     int whole_rows;           // 1: a box row is a whole input row (BS = W, one tile across)
+    int pool_in_registers;    // 1: windows pooled along x in registers (P in {2, 4, 8, 16} dividing BS)
+    int bulk_copy;            // 1: boxes copied by TMA bulk copies (sm_90, whole rows, W % 4 = 0, x 16-byte aligned)
+    int stage_stride;         // floats per channel in the stage: kRows / P + 4 (x-pooled) or kStageStride
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -133,6 +143,11 @@ __device__ __forceinline__ float nan_min(float a, float b) {
     return r;
 }
 
+// The pooling fold of a channel: min where gamma * scale < 0, else max (both propagate NaN).
+__device__ __forceinline__ float pool_fold(float a, float b, bool use_min) {
+    return use_min ? nan_min(a, b) : nan_max(a, b);
+}
+
 // Asynchronous global -> shared copies. `bytes` < the copy size zero-fills the rest (0: src not read).
 __device__ __forceinline__ void cp_async_16(float* dst, const float* src, int bytes) {
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -141,6 +156,46 @@ __device__ __forceinline__ void cp_async_16(float* dst, const float* src, int by
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int bytes) {
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+// Bulk copies (TMA, sm_90) and the mbarriers they complete on. `bytes` is a multiple of 16 and both
+// addresses are 16-byte aligned. Compiled to nothing below sm_90, where the kernel never takes that path.
+__device__ __forceinline__ uint32_t smem_address(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {  // one arrival per phase
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {  // until that phase completes
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_address(bar)), "r"(parity) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(smem_address(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void fence_proxy_async() {  // generic-proxy writes before async-proxy ones
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 // v rounded to nearest (ties away) at TF32's 10 mantissa bits: integer add and mask. Infinities stay.
@@ -178,9 +233,13 @@ struct SmemLayout {
     __host__ __device__ size_t box_bytes(int c_in, int pitch) const {  // two input boxes: this unit's and the next
         return static_cast<size_t>(2) * c_in * pitch * sizeof(float);
     }
-    __host__ __device__ size_t stage_bytes() const { return static_cast<size_t>(8) * kStageStride * sizeof(float); }
-    __host__ __device__ size_t total(int ksteps, int c_in, int pitch) const {
-        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch) + stage_bytes();
+    // The stage holds all 8 * NT channels of a tile pooled along x (x-pooled: stride kRows / P + 4), or
+    // 8 raw channels at a time (general pooling: stride kStageStride).
+    __host__ __device__ size_t stage_bytes(bool x_pooled, int stride) const {
+        return static_cast<size_t>(x_pooled ? 8 * nt : 8) * stride * sizeof(float);
+    }
+    __host__ __device__ size_t total(int ksteps, int c_in, int pitch, bool x_pooled, int stride) const {
+        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch) + stage_bytes(x_pooled, stride);
     }
 };
 
@@ -236,6 +295,29 @@ __device__ __forceinline__ void load_box(const Params& p, float* box, int64_t n,
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// The bulk-copy form of load_box (bulk_copy plans): a channel's box is one contiguous span of input rows,
+// copied by one bulk copy that completes on `bar`; warp 0 issues them. The rest of the box is not written
+// (it feeds only dropped positions; the kernel zeroes both boxes once).
+__device__ __forceinline__ void load_box_bulk(const Params& p, float* box, uint64_t* bar, int64_t n, int ty) {
+    if (threadIdx.x >= 32) return;
+    const int y0 = ty * p.tile_rows;
+    const uint32_t bytes = static_cast<uint32_t>((min(p.h, y0 + p.tile_rows + p.kh - 1) - y0) * p.w) * sizeof(float);
+    const int64_t hw = static_cast<int64_t>(p.h) * p.w;
+    const float* src = p.x + n * p.c_in * hw + static_cast<int64_t>(y0) * p.w;
+    if (threadIdx.x == 0) mbarrier_arrive_expect_bytes(bar, bytes * static_cast<uint32_t>(p.c_in));
+    __syncwarp();
+    for (int ci = threadIdx.x; ci < p.c_in; ci += 32) bulk_copy(box + ci * p.box_pitch, src + ci * hw, bytes, bar);
+}
+
+// Starts copying the box of unit u (sample u / tiles, tile u % tiles) into box buffer b (0 or 1).
+__device__ __forceinline__ void start_box(const Params& p, float* boxes, uint64_t* landed, bool bulk, int b, int64_t u) {
+    const int tiles = p.tiles_y * p.tiles_x;
+    const int tile = static_cast<int>(u % tiles);
+    float* box = boxes + b * p.c_in * p.box_pitch;
+    if (bulk) load_box_bulk(p, box, landed + b, u / tiles, tile / p.tiles_x);
+    else load_box(p, box, u / tiles, tile / p.tiles_x, tile % p.tiles_x);
+}
+
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
@@ -266,6 +348,122 @@ __device__ __forceinline__ float pool_window(const float* win, int pool, int str
     return q;
 }
 
+// Which of a lane's 8 positions (bit 2 i + h: position m = 64 warp + 32 h + 4 g + i) lie inside a tile
+// whose part of the conv output is rows_valid x cols_valid, with the warp's count of such positions in
+// bits 8 and up. Divides by BS: called once per CTA for a full tile, and per tile only for partial ones.
+__device__ __forceinline__ uint32_t valid_positions(const Params& p, int rows_valid, int cols_valid, int warp, int g) {
+    uint32_t valid = 0;
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = warp * kMTiles * 16 + 32 * h + 4 * g + i;
+            const int r = m / p.box_stride, col = m - r * p.box_stride;
+            const bool inside = r < rows_valid && col < cols_valid;
+            valid |= static_cast<uint32_t>(inside) << (2 * i + h);
+            count += __popc(__ballot_sync(0xffffffffu, inside));
+        }
+    return valid | static_cast<uint32_t>(count / 4) << 8;  // the 4 lanes of a quad hold the same positions
+}
+
+// Step 3 of the kernel for one warp: per channel of the lane (8 j + 2 t + e), the centre c, the sums of
+// (y - c) and (y - c)^2 over the positions in `valid` (bit 2 i + h; the warp's count in bits 8 and up),
+// reduced over the warp, and (c, mean - c, M2, count) pushed to `out` by the lanes with g = 0. c is the
+// mean of the counting values, rounded to float: a centre inside the data keeps (y - c)^2 from cancelling
+// when the data sit far from zero (inputs shifted by +100). (Taking c from one value by a shuffle instead
+// of a sum made ptxas spill in the TF32 instantiation.)
+template <int NT>
+__device__ __forceinline__ void warp_statistics(const float (&acc)[kMTiles][NT][4], uint32_t valid, float4* out,
+                                                int g, int t) {
+    const int count = static_cast<int>(valid >> 8);
+    const float inv_count = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (valid >> (2 * i + h) & 1u) sum += acc[i][j][2 * h + e];
+            const float c = sum_over_rows(sum) * inv_count;
+            float d1 = 0.f, d2 = 0.f;
+#pragma unroll
+            for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (valid >> (2 * i + h) & 1u) {
+                        const float d = acc[i][j][2 * h + e] - c;
+                        d1 += d;
+                        d2 = fmaf(d, d, d2);
+                    }
+            d1 = sum_over_rows(d1);
+            d2 = sum_over_rows(d2);
+            if (g == 0) {
+                const float m1 = d1 * inv_count;
+                out[j * 8 + 2 * t + e] = make_float4(c, m1, fmaf(-d1, m1, d2), static_cast<float>(count));
+            }
+        }
+}
+
+// Pooling along x in registers, for a compile-time P in {2, 4, 8, 16} (step 4a of the kernel): a lane's
+// 4 consecutive positions hold two windows (P = 2), one (P = 4), or a half or quarter of one whose rest is
+// in the next one or three lanes (P = 8, 16: one or two shuffles). Writes the x-pooled values to the stage
+// at [channel][m / P].
+template <int P, int NT>
+__device__ __forceinline__ void pool_x_to_stage(const float (&acc)[kMTiles][NT][4], float* stage, int stage_stride,
+                                                const bool* take_min, int warp, int g, int t) {
+    static_assert(P == 2 || P == 4 || P == 8 || P == 16, "P in {2, 4, 8, 16}");
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int ch = j * 8 + 2 * t + e;
+            const bool use_min = take_min[ch];
+            float* plane = stage + ch * stage_stride;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m0 = warp * kMTiles * 16 + 32 * h + 4 * g;  // the lane's first position, a multiple of 4
+                const float q01 = pool_fold(acc[0][j][2 * h + e], acc[1][j][2 * h + e], use_min);
+                const float q23 = pool_fold(acc[2][j][2 * h + e], acc[3][j][2 * h + e], use_min);
+                if constexpr (P == 2) {
+                    *reinterpret_cast<float2*>(plane + m0 / 2) = make_float2(q01, q23);
+                } else {
+                    float q = pool_fold(q01, q23, use_min);
+                    if constexpr (P >= 8) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 4), use_min);
+                    if constexpr (P == 16) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 8), use_min);
+                    if ((m0 & (P - 1)) == 0) plane[m0 / P] = q;
+                }
+            }
+        }
+}
+
+// Pooling along y from the stage of x-pooled values, and the store (step 4c): warp w finishes channels
+// w, w + 8, ... of the chunk, its lanes consecutive windows of a pooled row.
+template <int P>
+__device__ __forceinline__ void pool_y_and_store(const Params& p, const float* stage, const bool* take_min, int nch,
+                                                 int co0, int64_t n, int py0, int px0, int npy, int npx, int warp,
+                                                 int lane) {
+    const int xs = p.box_stride / P;  // x-pooled values per conv row
+    const int channels = min(nch, p.c_out - co0);
+    const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
+    float* out_c = p.out + ((n * p.c_out + co0 + warp) * p.hp + py0) * p.wp + px0;
+    const float* plane = stage + warp * p.stage_stride;
+    for (int cl = warp; cl < channels; cl += kWarps, out_c += kWarps * out_plane, plane += kWarps * p.stage_stride) {
+        const bool use_min = take_min[cl];
+        for (int ly = 0; ly < npy; ++ly)
+            for (int lx = lane; lx < npx; lx += 32) {
+                const float* column = plane + ly * P * xs + lx;
+                float q = column[0];
+#pragma unroll
+                for (int dy = 1; dy < P; ++dy) q = pool_fold(q, column[dy * xs], use_min);
+                out_c[ly * p.wp + lx] = q;
+            }
+    }
+}
+
 // Persistent: grid.x = chunks * G. CTA b serves channel chunk b % chunks and walks the (sample, tile)
 // units u = b / chunks, + G, + 2G, ... (the CTAs of the chunks of one unit are neighbours: L2 hits on the
 // box). The weight fragments are set up once; the next unit's box is copied while this one computes.
@@ -280,11 +478,12 @@ conv_stats_pool_kernel(const Params p) {
     float* weight_frag = reinterpret_cast<float*>(smem);
     int2* taps = reinterpret_cast<int2*>(smem + layout.weight_bytes(p.ksteps));
     float* boxes = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
-    float* stage = boxes + 2 * p.c_in * p.box_pitch;  // 8 channels x kStageStride
+    float* stage = boxes + 2 * p.c_in * p.box_pitch;  // see SmemLayout::stage_bytes
 
-    __shared__ float warp_sums[2][kWarps][NCH];
-    __shared__ float centre[NCH];
+    __shared__ float4 warp_stats[kWarps][NCH];  // per warp and channel: (centre, mean - centre, M2, count)
     __shared__ bool take_min[NCH];
+    __shared__ __align__(8) uint64_t box_landed[2];  // bulk_copy: per box, an mbarrier its copies complete on
+    static_assert(MT == 4, "a lane's rows are 4 consecutive positions (i = 0..3), twice (h = 0, 1)");
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tiles = p.tiles_y * p.tiles_x;
@@ -296,7 +495,21 @@ conv_stats_pool_kernel(const Params p) {
     const int K = p.c_in * p.kh * p.kw;
     if (unit >= units) return;
 
-    load_box(p, boxes, unit / tiles, static_cast<int>(unit % tiles) / p.tiles_x, static_cast<int>(unit % tiles) % p.tiles_x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const bool bulk = p.bulk_copy != 0;
+#else
+    const bool bulk = false;  // the host sets bulk_copy on sm_90 and newer only
+#endif
+    if (bulk) {
+        for (int i = tid; i < 2 * p.c_in * p.box_pitch; i += kThreads) boxes[i] = 0.f;
+        if (tid == 0) {
+            mbarrier_init(&box_landed[0]);
+            mbarrier_init(&box_landed[1]);
+        }
+        fence_proxy_async();  // the zeros before the bulk copies' writes
+        __syncthreads();
+    }
+    start_box(p, boxes, box_landed, bulk, 0, unit);
     // Once per CTA: the pooling direction per channel, the weight fragments and the tap offsets.
     if (tid < NCH) {
         const int c = co0 + tid;
@@ -329,6 +542,9 @@ conv_stats_pool_kernel(const Params p) {
         taps[i] = make_int2(off[0], off[1]);
     }
 
+    // The positions that count in a full tile (all R x TX positions inside the conv output), once per CTA.
+    const uint32_t full_tile_valid = valid_positions(p, p.tile_rows, p.tile_cols, warp, g);
+
     for (int iter = 0; unit < units; ++iter, unit += unit_stride) {
         const int64_t n = unit / tiles;
         const int tile = static_cast<int>(unit % tiles);
@@ -339,18 +555,24 @@ conv_stats_pool_kernel(const Params p) {
 
         // 1. Start copying the next unit's box into the other buffer (free: every warp finished reading
         //    it before the last iteration's barriers), then wait for this unit's box.
+        //    With bulk copies, box b's k-th use (iteration 2 k + b) waits for phase k of its mbarrier.
         const int64_t next = unit + unit_stride;
-        if (next < units) {
-            load_box(p, boxes + ((iter + 1) & 1) * p.c_in * p.box_pitch, next / tiles,
-                     static_cast<int>(next % tiles) / p.tiles_x, static_cast<int>(next % tiles) % p.tiles_x);
+        if (next < units) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
+        if (bulk) {
+            mbarrier_wait(&box_landed[iter & 1], (iter >> 1) & 1);
+        } else if (next < units) {
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
 
-        // 2. The implicit GEMM: rows = this warp's 4 m16 tiles, columns = NT x 8 channels, K in steps of 8.
-        //    A fragments come from the raw fp32 box and are split into TF32 hi (and lo) in registers.
+        // 2. The implicit GEMM: rows = this warp's 64 flat positions, columns = NT x 8 channels, K in steps of
+        //    8. Row g (h = 0) or g + 8 (h = 1) of m16 tile i is position m = 64 warp + 32 h + 4 g + i: a lane
+        //    holds 4 consecutive positions (i = 0..3) twice, so pooling windows of up to 4 columns lie in its
+        //    registers, and for a fixed (i, h) the lanes read 4 g + off(t): 32 distinct banks when the taps'
+        //    offsets are consecutive. A fragments come from the raw fp32 box and are split into TF32 hi (and
+        //    lo) in registers.
         float acc[MT][NT][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -359,7 +581,7 @@ conv_stats_pool_kernel(const Params p) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-        const float* a_base = box + warp * MT * 16 + g;
+        const float* a_base = box + warp * MT * 16 + 4 * g;
         for (int s = 0; s < p.ksteps; ++s) {
             const int2 off = taps[s * 4 + t];
             uint32_t b[NT][SPLIT3 ? 4 : 2];
@@ -376,8 +598,7 @@ conv_stats_pool_kernel(const Params p) {
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                const int r = i * 16;
-                const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
+                const float v[4] = {a_base[i + off.x], a_base[i + 32 + off.x], a_base[i + off.y], a_base[i + 32 + off.y]};
                 uint32_t a_hi[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
@@ -405,116 +626,86 @@ conv_stats_pool_kernel(const Params p) {
             }
         }
 
-        // 3. Statistics of the tile's valid rows, per channel, from the registers. Row m is conv position
-        //    (y0 + m / BS, x0 + m % BS); it counts when both lie inside the tile's part of the conv output.
-        bool valid[MT][2];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int m = warp * MT * 16 + i * 16 + g + 8 * h;
-                const int r = m / p.box_stride, j = m - r * p.box_stride;
-                valid[i][h] = r < rows_valid && j < cols_valid;
-            }
+        // 3. Statistics per warp, from the registers and without a barrier (warp_statistics): each warp
+        //    pushes (c_w, mean - c_w, M2, count) per channel to shared memory; warp 0 merges the 8 warps after
+        //    the next barrier. Position m is conv position (y0 + m / BS, x0 + m % BS); it counts when both lie
+        //    inside the tile's part of the conv output.
         const int count = rows_valid * cols_valid;
-        // Pass 1: sums -> centre c (the tile's mean, rounded to float).
-        {
-            float s1[NT][2];
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float v = 0.f;
-#pragma unroll
-                    for (int i = 0; i < MT; ++i) {
-                        if (valid[i][0]) v += acc[i][j][e];
-                        if (valid[i][1]) v += acc[i][j][2 + e];
-                    }
-                    s1[j][e] = sum_over_rows(v);
-                }
-            if (g == 0)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-            __syncthreads();
-            if (tid < NCH) {
-                double sum = 0.0;
-                for (int w = 0; w < kWarps; ++w) sum += warp_sums[0][w][tid];
-                centre[tid] = static_cast<float>(sum / count);
+        const uint32_t valid = (rows_valid == p.tile_rows && cols_valid == p.tile_cols)
+                                   ? full_tile_valid
+                                   : valid_positions(p, rows_valid, cols_valid, warp, g);
+        warp_statistics(acc, valid, warp_stats[warp], g, t);
+
+        // 4a. Pooling along x in registers where P in {2, 4, 8, 16} divides BS (pool_in_registers): a window's
+        //     columns then lie in one conv row, starting at a multiple of P. pool_x_to_stage writes the x-pooled
+        //     values of all 8 * NT channels to the stage (stage_stride = kRows / P + 4, so the lanes of a warp
+        //     write to distinct banks for P >= 4).
+        if (p.pool_in_registers) {
+            switch (p.pool) {
+                case 2: pool_x_to_stage<2>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
+                case 4: pool_x_to_stage<4>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
+                case 8: pool_x_to_stage<8>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
+                default: pool_x_to_stage<16>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
             }
-            __syncthreads();
         }
-        // Pass 2: sums of (y - c) and (y - c)^2 -> (mean, M2) of the tile in float64, to the workspace.
-        {
-            float s1[NT][2], s2[NT][2];
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float c = centre[j * 8 + 2 * t + e];
-                    float v1 = 0.f, v2 = 0.f;
-#pragma unroll
-                    for (int i = 0; i < MT; ++i)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h)
-                            if (valid[i][h]) {
-                                const float d = acc[i][j][2 * h + e] - c;
-                                v1 += d;
-                                v2 = fmaf(d, d, v2);
-                            }
-                    s1[j][e] = sum_over_rows(v1);
-                    s2[j][e] = sum_over_rows(v2);
-                }
-            if (g == 0)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        warp_sums[0][warp][j * 8 + 2 * t + e] = s1[j][e];
-                        warp_sums[1][warp][j * 8 + 2 * t + e] = s2[j][e];
-                    }
-            __syncthreads();
-            if (tid < NCH && co0 + tid < p.c_out) {
-                double d1 = 0.0, d2 = 0.0;
-                for (int w = 0; w < kWarps; ++w) {
-                    d1 += warp_sums[0][w][tid];
-                    d2 += warp_sums[1][w][tid];
-                }
-                const double cnt = count;
-                p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
-                    make_double2(centre[tid] + d1 / cnt, fmax(d2 - d1 * d1 / cnt, 0.0));
+        __syncthreads();  // warp_stats complete (and the x-pooled stage)
+
+        // 4b. Warp 0 merges the 8 warps' statistics per channel (float, relative to warp 0's centre, no
+        //     division but one per tile) and stores the tile's (mean, M2) in float64 to the workspace.
+        if (tid < NCH && co0 + tid < p.c_out) {
+            const float c0 = warp_stats[0][tid].x;  // warp 0 holds position 0, inside every tile: count >= 1
+            // (f.x - c0) + f.y: the warp's mean - c0 (a warp with no valid position has weight f.w = 0).
+            float moment = 0.f, m2 = 0.f;
+            for (int w = 0; w < kWarps; ++w) {
+                const float4 f = warp_stats[w][tid];
+                moment = fmaf(f.w, (f.x - c0) + f.y, moment);
+                m2 += f.z;
             }
+            const float mean_delta = moment * (1.f / static_cast<float>(count));
+            for (int w = 0; w < kWarps; ++w) {
+                const float4 f = warp_stats[w][tid];
+                const float d = ((f.x - c0) + f.y) - mean_delta;
+                m2 = fmaf(f.w * d, d, m2);
+            }
+            p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
+                make_double2(static_cast<double>(c0) + mean_delta, fmaxf(m2, 0.f));
         }
 
-        // 4. Pooling, 8 channels (one n8 tile) at a time through shared memory: max over each P x P window
-        //    where gamma * scale >= 0, min where it is negative. Windows start at multiples of P; the tile
-        //    holds pooled rows [y0 / P, y0 / P + npy) and columns [x0 / P, x0 / P + npx). A warp pools one
-        //    channel, its lanes consecutive windows of a row; rows of a window are read 4 (or 2) floats at a
-        //    time when P and BS allow.
+        // 4c. The pooled values of the tile's windows: pooled rows [y0 / P, y0 / P + npy), columns
+        //     [x0 / P, x0 / P + npx); max over each P x P window where gamma * scale >= 0, min where negative.
         const int py0 = y0 / p.pool, px0 = x0 / p.pool;
         const int npy = max(0, min(p.tile_rows / p.pool, p.hp - py0));
         const int npx = max(0, min(p.tile_cols / p.pool, p.wp - px0));
-        const int windows = npy * npx;
-        if (windows == 0) continue;  // a tile of rows in no pooling window (uniform across the CTA)
+        if (npy * npx == 0) continue;  // a tile of rows in no pooling window (uniform across the CTA)
+        if (p.pool_in_registers) {
+            switch (p.pool) {
+                case 2: pool_y_and_store<2>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                case 4: pool_y_and_store<4>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                case 8: pool_y_and_store<8>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                default: pool_y_and_store<16>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+            }
+            continue;
+        }
+        // General pooling: the raw tile through the stage, 8 channels (one n8 tile) at a time, each lane's 4
+        // consecutive positions as one 16-byte write; warp w pools staged channel w. Rows of a window are
+        // read 4 (or 2) floats at a time when P and BS allow.
         const int vec = (p.pool % 4 == 0 && p.box_stride % 4 == 0) ? 4 : (p.pool % 2 == 0 && p.box_stride % 2 == 0) ? 2 : 1;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             if (co0 + j * 8 >= p.c_out) break;  // uniform across the CTA
 #pragma unroll
-            for (int i = 0; i < MT; ++i)
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = warp * MT * 16 + i * 16 + g + 8 * h;
-                    stage[(2 * t) * kStageStride + m] = acc[i][j][2 * h];
-                    stage[(2 * t + 1) * kStageStride + m] = acc[i][j][2 * h + 1];
+                for (int e = 0; e < 2; ++e) {
+                    const int m0 = warp * MT * 16 + 32 * h + 4 * g;
+                    *reinterpret_cast<float4*>(stage + (2 * t + e) * p.stage_stride + m0) = make_float4(
+                        acc[0][j][2 * h + e], acc[1][j][2 * h + e], acc[2][j][2 * h + e], acc[3][j][2 * h + e]);
                 }
             __syncthreads();
-            // Warp w pools channel w of the 8 staged ones (no index division; min or max is warp-uniform).
             static_assert(kWarps == 8, "one warp per staged channel");
             const int c = co0 + j * 8 + warp;
             if (c < p.c_out) {
-                const float* plane = stage + warp * kStageStride;
+                const float* plane = stage + warp * p.stage_stride;
                 float* out_c = p.out + ((n * p.c_out + c) * p.hp + py0) * p.wp + px0;
                 const bool use_min = take_min[j * 8 + warp];
                 for (int ly = 0; ly < npy; ++ly)
@@ -535,58 +726,60 @@ conv_stats_pool_kernel(const Params p) {
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: merge the statistics per (sample, group), then out = clamp(a * (Q - mu) + beta * scale)
 // ---------------------------------------------------------------------------------------------
-struct Moments {  // (count, mean, M2) of a set of values
-    double count, mean, m2;
-};
-
-// Chan et al.'s pairwise update: the moments of the union of two disjoint sets.
-__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
-    if (b.count == 0.0) return a;
-    if (a.count == 0.0) return b;
-    const double total = a.count + b.count, delta = b.mean - a.mean;
-    return {total, a.mean + delta * b.count / total, a.m2 + b.m2 + delta * delta * a.count * b.count / total};
+// Sum of v over the block, returned to every thread; `scratch` holds one double per warp (one barrier).
+__device__ __forceinline__ double block_sum(double v, double* scratch) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double total = 0.0;
+#pragma unroll
+    for (int w = 0; w < kFinalThreads / 32; ++w) total += scratch[w];
+    return total;
 }
 
 // grid.x = N * G: block (n, g) merges the (tile, channel) statistics of its group in float64 and
 // finishes the group's pooled values in place. Dynamic shared memory: float4 per channel of the group.
+// The merge is Chan et al.'s, in two block sums instead of a pairwise tree: the group mean
+// mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
+// the two per thread at the end.
 __global__ void __launch_bounds__(kFinalThreads)
 affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
                     float eps, float lo, float hi) {
     extern __shared__ float4 coef[];  // per channel of the group: (s_hi, s_lo, a, beta * scale)
-    __shared__ Moments partial[kFinalThreads];
-    __shared__ double rstd_mean[2];
+    __shared__ double scratch[2][kFinalThreads / 32];
     const int tid = threadIdx.x;
     const int64_t n = blockIdx.x / groups;
     const int grp = static_cast<int>(blockIdx.x % groups);
     const int cpg = p.c_out / groups;
     const int tiles = p.tiles_y * p.tiles_x;
+    const double group_count = static_cast<double>(p.ho) * p.wo * cpg;
 
-    Moments acc{0.0, 0.0, 0.0};
+    // The tile statistics are (mean, M2) of the conv without bias; mean_t below includes the bias.
+    const auto tile_count = [&](int tile) {
+        return static_cast<double>(tile_rows_valid(p, tile / p.tiles_x)) * tile_cols_valid(p, tile % p.tiles_x);
+    };
+    double moment = 0.0;
+    for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
+        const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
+        const double mean_t = p.stats[(n * tiles + tile) * p.c_out + c].x + static_cast<double>(__ldg(bias + c));
+        moment += tile_count(tile) * mean_t;
+    }
+    const double mean = block_sum(moment, scratch[0]) / group_count;
+    double m2 = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double2 st = p.stats[(n * tiles + tile) * p.c_out + c];
-        const double cnt = static_cast<double>(tile_rows_valid(p, tile / p.tiles_x)) *
-                           tile_cols_valid(p, tile % p.tiles_x);
-        acc = merge(acc, Moments{cnt, st.x + static_cast<double>(__ldg(bias + c)), st.y});
+        const double d = st.x + static_cast<double>(__ldg(bias + c)) - mean;
+        m2 += st.y + tile_count(tile) * d * d;
     }
-    partial[tid] = acc;
-    __syncthreads();
-    for (int half = kFinalThreads / 2; half > 0; half >>= 1) {
-        if (tid < half) partial[tid] = merge(partial[tid], partial[tid + half]);
-        __syncthreads();
-    }
-    if (tid == 0) {
-        const Moments total = partial[0];
-        rstd_mean[0] = 1.0 / sqrt(total.m2 / total.count + static_cast<double>(eps));
-        rstd_mean[1] = total.mean;
-    }
-    __syncthreads();
+    const double rstd = 1.0 / sqrt(block_sum(m2, scratch[1]) / group_count + static_cast<double>(eps));
     for (int cl = tid; cl < cpg; cl += kFinalThreads) {
         const int c = grp * cpg + cl;
         const float gs = __ldg(p.gamma + c) * __ldg(p.scale + c);  // the same product kernel 1 took the sign of
-        const double shift = rstd_mean[1] - static_cast<double>(__ldg(bias + c));  // mu - bias: Q has no bias
+        const double shift = mean - static_cast<double>(__ldg(bias + c));  // mu - bias: Q has no bias
         const float s_hi = static_cast<float>(shift);
-        coef[cl] = make_float4(s_hi, static_cast<float>(shift - s_hi), static_cast<float>(gs * rstd_mean[0]),
+        coef[cl] = make_float4(s_hi, static_cast<float>(shift - s_hi), static_cast<float>(gs * rstd),
                                __ldg(beta + c) * __ldg(p.scale + c));
     }
     __syncthreads();
@@ -684,6 +877,9 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
         const int64_t px = (kRows / pool - (kw - 1)) / pool;  // >= 1: P * (P + kw - 1) <= 16 * 22 < 512
         cols = pool * px;
         stride = cols + kw - 1;
+        // For P in {2, 4, 8, 16}, a stride that P divides lets windows pool along x in registers. It stays
+        // <= kRows / P (a multiple of P), so a tile still has at least P rows.
+        if (pool == 2 || pool == 4 || pool == 8 || pool == 16) stride = (stride + pool - 1) / pool * pool;
         tiles_x = (wo + cols - 1) / cols;
         rows = pool * std::max<int64_t>(1, kRows / (pool * stride));
         rows = std::min(rows, (ho + pool - 1) / pool * pool);
@@ -697,9 +893,17 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     const int64_t pitch = (kRows + (kh - 1) * stride + (kw - 1) + 3) / 4 * 4;
     if (ksteps >= (1 << 20) || c_in * pitch >= (int64_t{1} << 28))
         return refuse("C_in * kh * kw = " + std::to_string(K) + " is too large");
-    const size_t bytes_fp32 = SmemLayout{nt, true}.total(static_cast<int>(ksteps), static_cast<int>(c_in),
-                                                         static_cast<int>(pitch));
+    // Pooling along x in registers where P and the stride allow and its (x-pooled, all channels) stage fits;
+    // else the general pooling through an 8-channel stage.
     const int64_t budget = limits.smem_optin - kStaticSmemReserve;
+    const auto smem_for = [&](bool split3_mode, bool x_pooled) {
+        return SmemLayout{nt, split3_mode}.total(static_cast<int>(ksteps), static_cast<int>(c_in),
+                                                 static_cast<int>(pitch), x_pooled,
+                                                 x_pooled ? kRows / static_cast<int>(pool) + 4 : kStageStride);
+    };
+    bool pool_in_registers = (pool == 2 || pool == 4 || pool == 8 || pool == 16) && stride % pool == 0;
+    if (pool_in_registers && static_cast<int64_t>(smem_for(true, true)) > budget) pool_in_registers = false;
+    const size_t bytes_fp32 = smem_for(true, pool_in_registers);
     if (static_cast<int64_t>(bytes_fp32) > budget)
         return refuse("the input box and weights (C_in * kh * kw = " + std::to_string(K) + ") need " +
                       std::to_string(bytes_fp32) + " bytes of shared memory, more than the " + std::to_string(budget) +
@@ -718,8 +922,11 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     P.chunks = static_cast<int>(chunks);
     P.ksteps = static_cast<int>(ksteps);
     P.whole_rows = whole_rows ? 1 : 0;
+    P.pool_in_registers = pool_in_registers ? 1 : 0;
+    P.stage_stride = pool_in_registers ? kRows / static_cast<int>(pool) + 4 : kStageStride;
+    P.bulk_copy = (limits.major >= 9 && whole_rows && w % 4 == 0) ? 1 : 0;  // forward also needs x 16-byte aligned
     plan.nt = nt;
-    plan.smem_bytes = SmemLayout{nt, split3}.total(static_cast<int>(ksteps), static_cast<int>(c_in), static_cast<int>(pitch));
+    plan.smem_bytes = smem_for(split3, pool_in_registers);
     return plan;
 }
 
@@ -832,6 +1039,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.scale = scale.data_ptr<float>();
     P.out = out.data_ptr<float>();
     P.stats = reinterpret_cast<double2*>(stats.data_ptr<double>());
+    if (reinterpret_cast<uintptr_t>(P.x) % 16 != 0) P.bulk_copy = 0;  // bulk copies need 16-byte aligned sources
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
@@ -856,6 +1064,7 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
     return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
             {"tiles_per_sample", tiles}, {"channel_chunks", P.chunks}, {"n_tiles", plan.nt},
             {"k_steps", P.ksteps}, {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)},
+            {"pool_in_registers", P.pool_in_registers}, {"bulk_copy", P.bulk_copy},
             {"ctas", grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))}, {"gemm_rows_per_cta", kRows}};
 }
 

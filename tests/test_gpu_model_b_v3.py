@@ -56,6 +56,7 @@ def test_kernelbench_size_parity_both_modes():
     ([3, 16, 3, 4, (16, 1, 1), 6, -1.0, 1.0], (2, 3, 8, 30)),          # pool == conv output height
     ([4, 24, 3, 4, (24, 1, 1), 8, -1.0, 1.0], (2, 4, 43, 64)),         # pool 8 dividing W
     ([2, 16, 5, 2, (16, 1, 1), 16, -1.0, 1.0], (2, 2, 52, 32)),        # pool 16 dividing W
+    ([40, 16, 1, 4, (16, 1, 1), 2, -1.0, 1.0], (2, 40, 21, 16)),       # 40 channels in: bulk copies by 32 lanes
 ])
 def test_v3_envelope_cases(init, shape):
     model, fused = _models(init)
@@ -161,6 +162,24 @@ def test_plan_info_at_kernelbench_size():
     # Four conv rows of the whole 128-wide input per tile: 512 GEMM rows, 32 tiles for 126 rows.
     assert (info["tile_rows"], info["box_stride"], info["tile_cols"]) == (4, 128, 126)
     assert info["tiles_per_sample"] == 32 and info["channel_chunks"] == 2 and info["k_steps"] == 9
+    assert info["pool_in_registers"] == 1
+    assert info["bulk_copy"] == (torch.cuda.get_device_capability() >= (9, 0))  # TMA bulk copies on sm_90+
+
+
+@pytest.mark.parametrize("h, w, c_in, k, pool, in_registers", [
+    (128, 128, 8, 3, 4, 1),   # KernelBench: whole rows, BS = 128
+    (32, 32, 3, 3, 2, 1),     # first release: pool 2, BS = 32
+    (43, 64, 4, 3, 8, 1),     # pool 8, BS = 64: one shuffle
+    (52, 32, 2, 5, 16, 1),    # pool 16, BS = 32: two shuffles
+    (20, 300, 3, 3, 4, 1),    # tiles across the width: the stride is rounded up to a multiple of P
+    (20, 21, 3, 3, 2, 0),     # whole rows of odd width: P does not divide BS
+    (50, 250, 6, 2, 3, 0),    # pool 3
+    (9, 10, 3, 3, 1, 0),      # pool 1
+])
+def test_pooling_path_per_configuration(h, w, c_in, k, pool, in_registers):
+    """Which pooling path a plan takes: both are exercised by the envelope cases above (same sizes)."""
+    info = _v3_ext().plan_info(h, w, 2, c_in, 16, k, k, pool, False, torch.cuda.current_device())
+    assert info["pool_in_registers"] == in_registers, info
 
 
 def test_extension_checks_name_the_argument():
