@@ -29,10 +29,11 @@
 //   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
 //   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"; the dropped lo*lo is
 //   below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
-//   Statistics: each warp centres a channel's valid values on their mean c (rounded to float) and sums
-//   (y - c) and (y - c)^2 from registers, without a barrier; after the tile's one barrier, warp 0
-//   merges the 8 warps relative to warp 0's centre (float, no division but one) and stores (mean, M2)
-//   in float64 per (sample, tile, channel). Pass 2 of the model merges the tiles per group in float64
+//   Statistics: each warp sums (y - c) and (y - c)^2 of a channel's valid values from registers, without
+//   a barrier, in one pass shifted by c = the CTA's previous tile mean of that channel; where c is more
+//   than a standard deviation from these values (or the sums are not finite), a second pass centres on
+//   the values' own mean. After the tile's one barrier, warp 0 merges the 8 warps relative to warp 0's
+//   centre (float, no division but one) and stores (mean, M2) in float64 per (sample, tile, channel). Pass 2 of the model merges the tiles per group in float64
 //   (Chan et al.'s merge as two block sums) and evaluates Q - mu as (Q - s_hi) - s_lo with
 //   s = mu - bias = s_hi + s_lo two floats: inputs shifted by +100 cost no accuracy.
 //
@@ -367,43 +368,57 @@ __device__ __forceinline__ uint32_t valid_positions(const Params& p, int rows_va
     return valid | static_cast<uint32_t>(count / 4) << 8;  // the 4 lanes of a quad hold the same positions
 }
 
-// Step 3 of the kernel for one warp: per channel of the lane (8 j + 2 t + e), the centre c, the sums of
-// (y - c) and (y - c)^2 over the positions in `valid` (bit 2 i + h; the warp's count in bits 8 and up),
-// reduced over the warp, and (c, mean - c, M2, count) pushed to `out` by the lanes with g = 0. c is the
-// mean of the counting values, rounded to float: a centre inside the data keeps (y - c)^2 from cancelling
-// when the data sit far from zero (inputs shifted by +100). (Taking c from one value by a shuffle instead
-// of a sum made ptxas spill in the TF32 instantiation.)
+// Sums of (y - c) and (y - c)^2 over the positions in `valid` (bit 2 i + h) of one channel value (j, e) of
+// the lane, reduced over the warp's 8 rows of lanes (every lane gets the channel's warp sums).
 template <int NT>
-__device__ __forceinline__ void warp_statistics(const float (&acc)[kMTiles][NT][4], uint32_t valid, float4* out,
-                                                int g, int t) {
+__device__ __forceinline__ float2 shifted_sums(const float (&acc)[kMTiles][NT][4], uint32_t valid, int j, int e,
+                                               float c) {
+    float d1 = 0.f, d2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            if (valid >> (2 * i + h) & 1u) {
+                const float d = acc[i][j][2 * h + e] - c;
+                d1 += d;
+                d2 = fmaf(d, d, d2);
+            }
+    return make_float2(sum_over_rows(d1), sum_over_rows(d2));
+}
+
+// Step 3 of the kernel for one warp: per channel of the lane (8 j + 2 t + e), the sums of (y - c) and
+// (y - c)^2 over the positions in `valid` (the warp's count in bits 8 and up), and (c, mean - c, M2,
+// count) pushed to `out` by the lanes with g = 0. One pass, shifted by c = shift[channel] (the CTA's
+// previous tile mean of the channel). Where that shift is far from these values (the mean more than a
+// standard deviation from c: d1^2 > n d2 / 2, more than one bit of M2 = d2 - d1^2 / n would cancel; or
+// d2 not finite), the pass is repeated about the values' own mean, from a sum and three shuffles (not
+// about c + d1 / n, which rounding ruins when c is huge). Either way a centre near the data keeps
+// (y - c)^2 from cancelling (inputs shifted by +100).
+template <int NT>
+__device__ __forceinline__ void warp_statistics(const float (&acc)[kMTiles][NT][4], uint32_t valid,
+                                                const float* shift, float4* out, int g, int t) {
     const int count = static_cast<int>(valid >> 8);
     const float inv_count = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            float sum = 0.f;
+            float c = shift[j * 8 + 2 * t + e];
+            float2 sums = shifted_sums(acc, valid, j, e, c);
+            const bool far = !(2.f * sums.x * sums.x <= static_cast<float>(count) * sums.y) || !isfinite(sums.y);
+            if (__any_sync(0xffffffffu, far)) {  // uniform across the warp: the second pass (rare)
+                float sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < kMTiles; ++i)
+                for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    if (valid >> (2 * i + h) & 1u) sum += acc[i][j][2 * h + e];
-            const float c = sum_over_rows(sum) * inv_count;
-            float d1 = 0.f, d2 = 0.f;
-#pragma unroll
-            for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    if (valid >> (2 * i + h) & 1u) {
-                        const float d = acc[i][j][2 * h + e] - c;
-                        d1 += d;
-                        d2 = fmaf(d, d, d2);
-                    }
-            d1 = sum_over_rows(d1);
-            d2 = sum_over_rows(d2);
+                    for (int h = 0; h < 2; ++h)
+                        if (valid >> (2 * i + h) & 1u) sum += acc[i][j][2 * h + e];
+                c = sum_over_rows(sum) * inv_count;
+                sums = shifted_sums(acc, valid, j, e, c);
+            }
             if (g == 0) {
-                const float m1 = d1 * inv_count;
-                out[j * 8 + 2 * t + e] = make_float4(c, m1, fmaf(-d1, m1, d2), static_cast<float>(count));
+                const float m1 = sums.x * inv_count;
+                out[j * 8 + 2 * t + e] = make_float4(c, m1, fmaf(-sums.x, m1, sums.y), static_cast<float>(count));
             }
         }
 }
@@ -481,6 +496,7 @@ conv_stats_pool_kernel(const Params p) {
     float* stage = boxes + 2 * p.c_in * p.box_pitch;  // see SmemLayout::stage_bytes
 
     __shared__ float4 warp_stats[kWarps][NCH];  // per warp and channel: (centre, mean - centre, M2, count)
+    __shared__ float tile_shift[NCH];           // per channel: the statistics' shift, the last tile's mean
     __shared__ bool take_min[NCH];
     __shared__ __align__(8) uint64_t box_landed[2];  // bulk_copy: per box, an mbarrier its copies complete on
     static_assert(MT == 4, "a lane's rows are 4 consecutive positions (i = 0..3), twice (h = 0, 1)");
@@ -514,6 +530,7 @@ conv_stats_pool_kernel(const Params p) {
     if (tid < NCH) {
         const int c = co0 + tid;
         take_min[tid] = c < p.c_out && __ldg(p.gamma + c) * __ldg(p.scale + c) < 0.f;
+        tile_shift[tid] = 0.f;
     }
     for (int i = tid; i < p.ksteps * NT * 32; i += kThreads) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
@@ -634,7 +651,7 @@ conv_stats_pool_kernel(const Params p) {
         const uint32_t valid = (rows_valid == p.tile_rows && cols_valid == p.tile_cols)
                                    ? full_tile_valid
                                    : valid_positions(p, rows_valid, cols_valid, warp, g);
-        warp_statistics(acc, valid, warp_stats[warp], g, t);
+        warp_statistics(acc, valid, tile_shift, warp_stats[warp], g, t);
 
         // 4a. Pooling along x in registers where P in {2, 4, 8, 16} divides BS (pool_in_registers): a window's
         //     columns then lie in one conv row, starting at a multiple of P. pool_x_to_stage writes the x-pooled
@@ -669,6 +686,8 @@ conv_stats_pool_kernel(const Params p) {
             }
             p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
                 make_double2(static_cast<double>(c0) + mean_delta, fmaxf(m2, 0.f));
+            const float tile_mean = c0 + mean_delta;  // the next tile's shift; a NaN or inf must not carry over
+            tile_shift[tid] = isfinite(tile_mean) ? tile_mean : 0.f;
         }
 
         // 4c. The pooled values of the tile's windows: pooled rows [y0 / P, y0 / P + npy), columns

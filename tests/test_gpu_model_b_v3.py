@@ -275,3 +275,27 @@ def test_nan_input_propagates_like_pytorch():
     assert torch.isnan(expected[1]).all() and torch.isnan(got[1]).all()
     assert not torch.isnan(got[0]).any()
     torch.testing.assert_close(got[0], expected[0], atol=1e-4, rtol=1e-4)
+
+
+def test_statistics_shift_far_from_the_next_tile():
+    """A CTA shifts each tile's statistics by its previous tile's mean, and that tile is another sample's.
+    Samples whose means differ by orders of magnitude force the second, self-centred pass; every sample still
+    meets the fp32 criterion against float64 (one parity case over the batch), and a NaN sample stays
+    confined to itself (its shift is not carried to the next tile)."""
+    model, fused = _models(B.get_init_inputs(), modes=("fp32",))
+    torch.manual_seed(3)
+    offsets = torch.tensor([0.0, 1e4, -30.0, 1e4, 0.5, -1e4, 100.0, 0.0, 3e3, -2.0], device="cuda")
+    scales = torch.tensor([1.0, 1.0, 5.0, 1e-3, 1.0, 2.0, 1.0, 1.0, 1e2, 1.0], device="cuda")
+    x = torch.rand(10, 8, 64, 128, device="cuda") * scales.view(-1, 1, 1, 1) + offsets.view(-1, 1, 1, 1)
+    assert fused["v3 fp32"].path(x) == "v3"
+    report = helpers.parity_check(model, fused, [x], kernelbench=False, case="per-sample offsets and scales")
+    assert report[report.contender == "v3 fp32"].passed.all(), report.to_string()
+    shifts = torch.tensor([0.0, 100.0, -30.0] * 3 + [1.0], device="cuda").view(-1, 1, 1, 1)
+    x = torch.rand(10, 8, 64, 128, device="cuda") + shifts
+    x[4, 0, 5, 5] = float("nan")
+    with torch.no_grad(), helpers.strict_fp32():
+        expected, got = model(x), fused["v3 fp32"](x)
+    assert torch.isnan(expected[4]).all() and torch.isnan(got[4]).all()
+    others = [i for i in range(10) if i != 4]
+    assert not torch.isnan(got[others]).any()
+    torch.testing.assert_close(got[others], expected[others], atol=1e-3, rtol=1e-3)
