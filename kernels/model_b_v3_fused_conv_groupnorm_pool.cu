@@ -33,9 +33,10 @@
 //   a barrier, in one pass shifted by c = the CTA's previous tile mean of that channel; where c is more
 //   than a standard deviation from these values (or the sums are not finite), a second pass centres on
 //   the values' own mean. After the tile's one barrier, warp 0 merges the 8 warps relative to warp 0's
-//   centre (float, no division but one) and stores (mean, M2) in float64 per (sample, tile, channel). Pass 2 of the model merges the tiles per group in float64
-//   (Chan et al.'s merge as two block sums) and evaluates Q - mu as (Q - s_hi) - s_lo with
-//   s = mu - bias = s_hi + s_lo two floats: inputs shifted by +100 cost no accuracy.
+//   centre (float, no division but one) and stores (mean, M2) in float64 per (sample, tile, channel).
+//   Pass 2 of the model merges the tiles per group in float64 (Chan et al.'s merge as two block sums)
+//   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
+//   shifted by +100 cost no accuracy.
 //
 // Tiling
 //   A unit of work is one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
@@ -311,7 +312,8 @@ __device__ __forceinline__ void load_box_bulk(const Params& p, float* box, uint6
 }
 
 // Starts copying the box of unit u (sample u / tiles, tile u % tiles) into box buffer b (0 or 1).
-__device__ __forceinline__ void start_box(const Params& p, float* boxes, uint64_t* landed, bool bulk, int b, int64_t u) {
+__device__ __forceinline__ void start_box(const Params& p, float* boxes, uint64_t* landed, bool bulk, int b,
+                                          int64_t u) {
     const int tiles = p.tiles_y * p.tiles_x;
     const int tile = static_cast<int>(u % tiles);
     float* box = boxes + b * p.c_in * p.box_pitch;
@@ -587,9 +589,10 @@ conv_stats_pool_kernel(const Params p) {
         // 2. The implicit GEMM: rows = this warp's 64 flat positions, columns = NT x 8 channels, K in steps of
         //    8. Row g (h = 0) or g + 8 (h = 1) of m16 tile i is position m = 64 warp + 32 h + 4 g + i: a lane
         //    holds 4 consecutive positions (i = 0..3) twice, so pooling windows of up to 4 columns lie in its
-        //    registers, and for a fixed (i, h) the lanes read 4 g + off(t): 32 distinct banks when the taps'
-        //    offsets are consecutive. A fragments come from the raw fp32 box and are split into TF32 hi (and
-        //    lo) in registers.
+        //    registers. For a fixed (i, h) the lanes read 4 g + off(t): distinct banks only when the 4 taps'
+        //    offsets differ mod 4, which kx = 0..2 and a tap one row down (BS = 0 mod 4) do not, so those
+        //    loads are 2-way conflicted (results/model_b/NOTES.md). A fragments come from the raw fp32 box
+        //    and are split into TF32 hi (and lo) in registers.
         float acc[MT][NT][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -615,7 +618,8 @@ conv_stats_pool_kernel(const Params p) {
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                const float v[4] = {a_base[i + off.x], a_base[i + 32 + off.x], a_base[i + off.y], a_base[i + 32 + off.y]};
+                const float v[4] = {a_base[i + off.x], a_base[i + 32 + off.x], a_base[i + off.y],
+                                    a_base[i + 32 + off.y]};
                 uint32_t a_hi[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
