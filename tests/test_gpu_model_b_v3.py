@@ -177,7 +177,8 @@ def test_plan_info_at_kernelbench_size():
     (9, 10, 3, 3, 1, 0),      # pool 1
 ])
 def test_pooling_path_per_configuration(h, w, c_in, k, pool, in_registers):
-    """Which pooling path a plan takes: both are exercised by the envelope cases above (same sizes)."""
+    """Which pooling path a plan takes. The parity tests above run these sizes (the KernelBench test, the envelope
+    cases and the odd-width test), so both paths are exercised."""
     info = _v3_ext().plan_info(h, w, 2, c_in, 16, k, k, pool, False, torch.cuda.current_device())
     assert info["pool_in_registers"] == in_registers, info
 
