@@ -161,8 +161,22 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int byt
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// v rounded to nearest (ties away) at TF32's 10 mantissa bits: integer add and mask (cvt.rna compiles to
-// ~6 instructions on sm_90). Infinities stay infinite.
+// TF32 operands. The tensor cores read the top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa
+// bits) and ignore the low 13, so v plus half a TF32 ulp is v rounded to nearest (ties away) for them.
+// tf32_round adds it in float, v + 2^(e - 11) with 2^e the binade of v: NaN stays NaN and infinities stay
+// infinite. An integer add of 2^12 would carry a NaN whose payload fills the top mantissa bits (0x7fffffff,
+// the NaN CUDA's arithmetic produces) into the sign bit and hand the tensor cores -0: a finite output where
+// PyTorch's is NaN. Two instructions (cvt.rna.tf32.f32 compiles to three on sm_90).
+__device__ __forceinline__ float tf32_round(float v) {  // low 13 bits left as they fall: for mma operands
+    const float binade = __uint_as_float(__float_as_uint(v) & 0xff800000u);  // +-2^e; +-inf for NaN and inf
+    return fmaf(binade, 0x1p-11f, v);
+}
+// v rounded to TF32 with the low 13 bits cleared: a TF32 value, for the TF32 mode's weight fragments.
+__device__ __forceinline__ float tf32_value(float v) {
+    return __uint_as_float(__float_as_uint(tf32_round(v)) & 0xffffe000u);
+}
+// The hi part of the 3xTF32 split v = hi + lo: an integer add and mask (two instructions). A NaN v may
+// come out as -0 here, as above, but lo = v - hi is then NaN and carries it into the products.
 __device__ __forceinline__ float tf32_hi(float v) {
     return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
 }
@@ -302,7 +316,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
             const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
             reinterpret_cast<float4*>(weight_frag)[i] = make_float4(h0, h1, w0 - h0, w1 - h1);
         } else {
-            reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_hi(w0), tf32_hi(w1));
+            reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_value(w0), tf32_value(w1));
         }
     }
     for (int i = tid; i < p.ksteps * 4; i += threads) {
@@ -383,7 +397,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
                 uint32_t a_hi[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
+                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : tf32_round(v[e]));
                 if constexpr (SPLIT3) {
                     uint32_t a_lo[4];
 #pragma unroll

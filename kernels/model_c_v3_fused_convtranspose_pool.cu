@@ -225,13 +225,20 @@ __device__ __forceinline__ uint32_t to_tf32(float v) {
     return r;
 }
 
-// v rounded to nearest (ties away) for an mma .tf32 operand in one add: the tensor core ignores the
-// low 13 bits, so adding half of their range is enough (CUTLASS calls this round_half_ulp_truncate;
-// cvt.rna compiles to ~6 instructions on sm_90).
-__device__ __forceinline__ uint32_t round_tf32_bits(float v) { return __float_as_uint(v) + 0x1000u; }
+// v rounded to nearest (ties away) for an mma .tf32 operand: the tensor core ignores the low 13 bits,
+// so adding half of their range is enough (CUTLASS calls this round_half_ulp_truncate). The add is done
+// in float, v + 2^(e - 11) with 2^e the binade of v (two instructions), so that NaN stays NaN and
+// infinities stay infinite: an integer add of 2^12 carries a NaN whose payload fills the top mantissa
+// bits (0x7fffffff, the NaN CUDA's arithmetic produces) into the sign bit and hands the tensor core -0,
+// a finite output where PyTorch's is NaN.
+__device__ __forceinline__ float tf32_round(float v) {
+    const float binade = __uint_as_float(__float_as_uint(v) & 0xff800000u);  // +-2^e; +-inf for NaN and inf
+    return fmaf(binade, 0x1p-11f, v);
+}
+__device__ __forceinline__ uint32_t round_tf32_bits(float v) { return __float_as_uint(tf32_round(v)); }
 
 // v = hi + lo for 3xTF32. hi: v rounded to nearest (ties away) at TF32's 10 mantissa bits by an
-// integer add and mask (2 instructions; cvt.rna compiles to ~6 on sm_90). lo = v - hi is exact in
+// integer add and mask (2 instructions; cvt.rna compiles to 3 on sm_90). lo = v - hi is exact in
 // fp32; passed as is, the tensor core reads its top 19 bits, so hi + lo misses v by <= 2^-21 |v|,
 // unbiased in sign. Infinities stay infinite in hi (their lo is NaN, as with cvt.rna).
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
@@ -1140,8 +1147,8 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // Round the box positions this thread copied (stage_input_box<true>: positions threadIdx.x + k kThreads)
-// to TF32 in place, (v + 2^12) & ~(2^13 - 1) as round_tf32_bits (idempotent); its own cp.async copies
-// have landed (cp_async_wait), so no barrier is needed before.
+// to TF32 in place, round_tf32_bits with the low 13 bits cleared (idempotent; NaN stays NaN); its own
+// cp.async copies have landed (cp_async_wait), so no barrier is needed before.
 __device__ __forceinline__ void round_box_tf32(const Params& p, float* box) {
     const int positions = p.extent[0] * p.extent[1] * p.extent[2], groups = p.ci_padded / 16;
     for (int e = threadIdx.x; e < positions; e += kThreads)
@@ -1150,10 +1157,10 @@ __device__ __forceinline__ void round_box_tf32(const Params& p, float* box) {
             for (int plane = 0; plane < 4; ++plane) {
                 uint4* word = reinterpret_cast<uint4*>(box + q * p.group_stride + plane * p.quad_stride + 4 * e);
                 uint4 v = *word;
-                v.x = (v.x + 0x1000u) & 0xffffe000u;
-                v.y = (v.y + 0x1000u) & 0xffffe000u;
-                v.z = (v.z + 0x1000u) & 0xffffe000u;
-                v.w = (v.w + 0x1000u) & 0xffffe000u;
+                v.x = round_tf32_bits(__uint_as_float(v.x)) & 0xffffe000u;
+                v.y = round_tf32_bits(__uint_as_float(v.y)) & 0xffffe000u;
+                v.z = round_tf32_bits(__uint_as_float(v.z)) & 0xffffe000u;
+                v.w = round_tf32_bits(__uint_as_float(v.w)) & 0xffffe000u;
                 *word = v;
             }
 }

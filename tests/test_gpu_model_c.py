@@ -400,3 +400,49 @@ def test_vector_and_scalar_paths_agree_with_the_algebra(pool_first):
         ext.fused_tail(y, bias, m, 0.2, 2, pool_first, out)
         truth = C.pool_first_reference(y.double() + bias.double().view(1, -1, 1, 1, 1), m.double(), 0.2, 2)
         torch.testing.assert_close(out.double(), truth, atol=1e-6, rtol=1e-6)
+
+
+# NaN bit patterns: PyTorch's float("nan"), the NaN CUDA's arithmetic produces (0 / 0), all bits set, and the
+# smallest payload. Rounding an operand to TF32 by an integer add of 2^12 carried the second and third into the
+# sign bit (-0: a finite output where PyTorch's is NaN).
+NAN_BITS = (0x7FC00000, 0x7FFFFFFF, -1, 0x7F800001)
+INF_BITS = (0x7F800000, -0x800000)  # +inf, -inf
+
+
+@pytest.mark.parametrize("allow_tf32", [False, True])
+def test_nan_payloads_and_infinities_reach_the_outputs_pytorch_gives(allow_tf32):
+    """Special values at scattered input positions reach exactly the outputs they reach in PyTorch (the model
+    has no normalisation, so they stay local): NaN of every payload in both modes, in every TF32 kernel this
+    build has; +-inf in the TF32 mode. (The fp32-accurate mode splits v = hi + lo, and an infinite v has a NaN lo:
+    there an infinity comes out as NaN, not checked here.)"""
+    init, shape = [16, 32, 3, 2, 1, 1, (32, 1, 1, 1)], (2, 16, 8, 16, 16)
+    ext = C._load_extension(C.KERNEL_V3)
+    torch.manual_seed(5)
+    model = C.Model(*init).cuda()
+    if allow_tf32:
+        builds = {"shared": dict(), "smem": dict(share_a=False), "registers": dict(smem_a=False)}
+        if not ext.describe_plan(list(shape[2:]), shape[0], 16, 32, [3] * 3, [2] * 3, [1] * 3, [1] * 3, 2,
+                                 torch.cuda.current_device(), True)["wgmma"]:
+            builds = {"registers": dict()}
+    else:
+        builds = {"default": dict()}
+    fused = {where: _V3Build(init, ext, allow_tf32, **kw).cuda() for where, kw in builds.items()}
+    for f in fused.values():
+        f.load_state_dict(model.state_dict())
+    x = torch.rand(shape, device="cuda")
+    specials = NAN_BITS + (INF_BITS if allow_tf32 else ())
+    positions = [(0, 0, 1, 2, 3), (0, 5, 6, 12, 9), (1, 3, 2, 7, 14), (1, 15, 5, 1, 1), (0, 9, 3, 10, 14),
+                 (1, 8, 7, 15, 0)]
+    for position, value in zip(positions, specials):
+        x.view(torch.int32)[position] = value
+    with torch.no_grad(), helpers.strict_fp32():
+        expected = model(x)
+    assert torch.isnan(expected).any() and not torch.isnan(expected).all()
+    for where, f in fused.items():
+        with torch.no_grad():
+            got = f(x)
+        assert torch.equal(torch.isnan(got), torch.isnan(expected)), where
+        assert torch.equal(torch.isposinf(got), torch.isposinf(expected)), where
+        assert torch.equal(torch.isneginf(got), torch.isneginf(expected)), where
+        finite = torch.isfinite(expected)
+        torch.testing.assert_close(got[finite], expected[finite], atol=1e-2, rtol=1e-2)
