@@ -18,7 +18,10 @@
 //   with a non-decreasing map and turns into min-pooling under a non-increasing one, and clamp is
 //   non-decreasing, so  out = clamp(a_c * (Q - mu) + beta_c * scale_c, lo, hi)  with Q the max-pool of
 //   y where gamma_c * scale_c >= 0 and its min-pool where it is negative (a_c = 0: either gives the
-//   same). The conv bias is a per-channel constant: it is added to the statistics and to Q in pass 2.
+//   same). Kernel 1 only max-pools: it negates the weights of the channels where gamma_c * scale_c < 0,
+//   so it pools and takes the statistics of sign_c * y (min-pool = -max-pool of -y), and kernel 2 undoes
+//   the sign exactly. The conv bias is a per-channel constant: it is added to the statistics and to Q in
+//   pass 2.
 //   Flat implicit GEMM: with stride 1 and no padding, conv output (oy, ox) of a tile whose input box
 //   starts at (y0, x0) reads box element m + off(ci, ky, kx), m = (oy - y0) * BS + (ox - x0), off =
 //   ci * pitch + ky * BS + kx, BS the box's row stride. So a tile's GEMM rows are the flat box positions
@@ -120,6 +123,10 @@ struct Params {
     int box_stride;           // BS: floats between two rows of the box (= GEMM rows per conv row)
     int box_pitch;            // floats between two channels of the box
     int tiles_y, tiles_x;     // tiles per sample: tiles_y * tiles_x
+    int pooled_tile_rows;     // R / P: pooled rows per tile
+    int pooled_tile_cols;     // TX / P (TX a multiple of P wherever tiles_x > 1): pooled columns per tile
+    int step_n, step_ty, step_tx;  // the stride between a CTA's units (grid.x / chunks) as (samples, tile rows,
+                                   // tile columns), set by forward with the grid
     int chunks;               // channel chunks of 8 * NT
     int ksteps;               // ceil(C_in * kh * kw / 8)
     int batch;                // N
@@ -145,10 +152,9 @@ __device__ __forceinline__ float nan_min(float a, float b) {
     return r;
 }
 
-// The pooling fold of a channel: min where gamma * scale < 0, else max (both propagate NaN).
-__device__ __forceinline__ float pool_fold(float a, float b, bool use_min) {
-    return use_min ? nan_min(a, b) : nan_max(a, b);
-}
+// The pooling fold: max, propagating NaN. Channels that pool by min (gamma * scale < 0) have their
+// weights negated in kernel 1, so their min-pool is the max-pool of the negated conv (see The math).
+__device__ __forceinline__ float pool_fold(float a, float b) { return nan_max(a, b); }
 
 // Asynchronous global -> shared copies. `bytes` < the copy size zero-fills the rest (0: src not read).
 __device__ __forceinline__ void cp_async_16(float* dst, const float* src, int bytes) {
@@ -200,7 +206,22 @@ __device__ __forceinline__ void fence_proxy_async() {  // generic-proxy writes b
 #endif
 }
 
-// v rounded to nearest (ties away) at TF32's 10 mantissa bits: integer add and mask. Infinities stay.
+// TF32 operands. The tensor cores read the top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa
+// bits) and ignore the low 13, so v plus half a TF32 ulp is v rounded to nearest (ties away) for them.
+// tf32_round adds it in float, v + 2^(e - 11) with 2^e the binade of v: NaN stays NaN and infinities stay
+// infinite. An integer add of 2^12 would carry a NaN whose payload fills the top mantissa bits (0x7fffffff,
+// the NaN CUDA's arithmetic produces) into the sign bit and hand the tensor cores -0: a finite output where
+// PyTorch's is NaN. Two instructions (cvt.rna.tf32.f32 compiles to three on sm_90).
+__device__ __forceinline__ float tf32_round(float v) {  // low 13 bits left as they fall: for mma operands
+    const float binade = __uint_as_float(__float_as_uint(v) & 0xff800000u);  // +-2^e; +-inf for NaN and inf
+    return fmaf(binade, 0x1p-11f, v);
+}
+// v rounded to TF32 with the low 13 bits cleared: a TF32 value, for the TF32 mode's weight fragments.
+__device__ __forceinline__ float tf32_value(float v) {
+    return __uint_as_float(__float_as_uint(tf32_round(v)) & 0xffffe000u);
+}
+// The hi part of the 3xTF32 split v = hi + lo: an integer add and mask (two instructions). A NaN v may
+// come out as -0 here, as above, but lo = v - hi is then NaN and carries it into the products.
 __device__ __forceinline__ float tf32_hi(float v) {
     return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
 }
@@ -244,6 +265,12 @@ struct SmemLayout {
         return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch) + stage_bytes(x_pooled, stride);
     }
 };
+
+// +1, or -1 where channel c pools by min (gamma_c * scale_c < 0). Kernel 1 negates that channel's weights
+// and so max-pools (and takes the statistics of) -y; kernel 2 undoes the sign. Both evaluate this product.
+__device__ __forceinline__ float pooling_sign(const Params& p, int c) {
+    return __ldg(p.gamma + c) * __ldg(p.scale + c) < 0.f ? -1.f : 1.f;
+}
 
 // Conv rows / columns of tile (ty, tx) inside the conv output (the last tiles may be partial).
 __host__ __device__ __forceinline__ int tile_rows_valid(const Params& p, int ty) {
@@ -311,14 +338,38 @@ __device__ __forceinline__ void load_box_bulk(const Params& p, float* box, uint6
     for (int ci = threadIdx.x; ci < p.c_in; ci += 32) bulk_copy(box + ci * p.box_pitch, src + ci * hw, bytes, bar);
 }
 
-// Starts copying the box of unit u (sample u / tiles, tile u % tiles) into box buffer b (0 or 1).
-__device__ __forceinline__ void start_box(const Params& p, float* boxes, uint64_t* landed, bool bulk, int b,
-                                          int64_t u) {
+// A unit of work as (sample, tile row, tile column): unit u is sample u / tiles, tile u % tiles = ty * tiles_x + tx.
+struct UnitPos {
+    unsigned n;  // <= N + step_n < 2^32 (N < 2^31 and step_n < the grid): no overflow past the last unit
+    int ty, tx;
+};
+__device__ __forceinline__ UnitPos unit_position(const Params& p, int u) {
     const int tiles = p.tiles_y * p.tiles_x;
-    const int tile = static_cast<int>(u % tiles);
+    const int tile = u % tiles;
+    return {static_cast<unsigned>(u / tiles), tile / p.tiles_x, tile % p.tiles_x};
+}
+// The CTA's unit after u: u + grid.x / chunks, added digit by digit with carries (no division per tile).
+__device__ __forceinline__ UnitPos advance(const Params& p, UnitPos u) {
+    u.n += static_cast<unsigned>(p.step_n);
+    u.ty += p.step_ty;
+    u.tx += p.step_tx;
+    if (u.tx >= p.tiles_x) {
+        u.tx -= p.tiles_x;
+        ++u.ty;
+    }
+    if (u.ty >= p.tiles_y) {
+        u.ty -= p.tiles_y;
+        ++u.n;
+    }
+    return u;
+}
+
+// Starts copying the box of unit u into box buffer b (0 or 1).
+__device__ __forceinline__ void start_box(const Params& p, float* boxes, uint64_t* landed, bool bulk, int b,
+                                          const UnitPos& u) {
     float* box = boxes + b * p.c_in * p.box_pitch;
-    if (bulk) load_box_bulk(p, box, landed + b, u / tiles, tile / p.tiles_x);
-    else load_box(p, box, u / tiles, tile / p.tiles_x, tile % p.tiles_x);
+    if (bulk) load_box_bulk(p, box, landed + b, u.n, u.ty);
+    else load_box(p, box, u.n, u.ty, u.tx);
 }
 
 template <int PENDING>
@@ -326,12 +377,11 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// Max (MIN = false) or min of a P x P window whose rows are `stride` floats apart, propagating NaN; rows
-// read `vec` (4, 2 or 1) floats at a time (the caller checks P and the stride allow it).
-template <bool MIN>
+// Max of a P x P window whose rows are `stride` floats apart, propagating NaN; rows read `vec` (4, 2 or 1)
+// floats at a time (the caller checks P and the stride allow it).
 __device__ __forceinline__ float pool_window(const float* win, int pool, int stride, int vec) {
-    const auto fold = [](float q, float v) { return MIN ? nan_min(q, v) : nan_max(q, v); };
-    float q = MIN ? INFINITY : -INFINITY;
+    const auto fold = [](float q, float v) { return pool_fold(q, v); };
+    float q = -INFINITY;
     for (int dy = 0; dy < pool; ++dy) {
         const float* row = win + dy * stride;
         if (vec == 4) {
@@ -431,26 +481,25 @@ __device__ __forceinline__ void warp_statistics(const float (&acc)[kMTiles][NT][
 // at [channel][m / P].
 template <int P, int NT>
 __device__ __forceinline__ void pool_x_to_stage(const float (&acc)[kMTiles][NT][4], float* stage, int stage_stride,
-                                                const bool* take_min, int warp, int g, int t) {
+                                                int warp, int g, int t) {
     static_assert(P == 2 || P == 4 || P == 8 || P == 16, "P in {2, 4, 8, 16}");
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int ch = j * 8 + 2 * t + e;
-            const bool use_min = take_min[ch];
             float* plane = stage + ch * stage_stride;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m0 = warp * kMTiles * 16 + 32 * h + 4 * g;  // the lane's first position, a multiple of 4
-                const float q01 = pool_fold(acc[0][j][2 * h + e], acc[1][j][2 * h + e], use_min);
-                const float q23 = pool_fold(acc[2][j][2 * h + e], acc[3][j][2 * h + e], use_min);
+                const float q01 = pool_fold(acc[0][j][2 * h + e], acc[1][j][2 * h + e]);
+                const float q23 = pool_fold(acc[2][j][2 * h + e], acc[3][j][2 * h + e]);
                 if constexpr (P == 2) {
                     *reinterpret_cast<float2*>(plane + m0 / 2) = make_float2(q01, q23);
                 } else {
-                    float q = pool_fold(q01, q23, use_min);
-                    if constexpr (P >= 8) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 4), use_min);
-                    if constexpr (P == 16) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 8), use_min);
+                    float q = pool_fold(q01, q23);
+                    if constexpr (P >= 8) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 4));
+                    if constexpr (P == 16) q = pool_fold(q, __shfl_xor_sync(0xffffffffu, q, 8));
                     if ((m0 & (P - 1)) == 0) plane[m0 / P] = q;
                 }
             }
@@ -460,7 +509,7 @@ __device__ __forceinline__ void pool_x_to_stage(const float (&acc)[kMTiles][NT][
 // Pooling along y from the stage of x-pooled values, and the store (step 4c): warp w finishes channels
 // w, w + 8, ... of the chunk, its lanes consecutive windows of a pooled row.
 template <int P>
-__device__ __forceinline__ void pool_y_and_store(const Params& p, const float* stage, const bool* take_min, int nch,
+__device__ __forceinline__ void pool_y_and_store(const Params& p, const float* stage, int nch,
                                                  int co0, int64_t n, int py0, int px0, int npy, int npx, int warp,
                                                  int lane) {
     const int xs = p.box_stride / P;  // x-pooled values per conv row
@@ -469,13 +518,12 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
     float* out_c = p.out + ((n * p.c_out + co0 + warp) * p.hp + py0) * p.wp + px0;
     const float* plane = stage + warp * p.stage_stride;
     for (int cl = warp; cl < channels; cl += kWarps, out_c += kWarps * out_plane, plane += kWarps * p.stage_stride) {
-        const bool use_min = take_min[cl];
         for (int ly = 0; ly < npy; ++ly)
             for (int lx = lane; lx < npx; lx += 32) {
                 const float* column = plane + ly * P * xs + lx;
                 float q = column[0];
 #pragma unroll
-                for (int dy = 1; dy < P; ++dy) q = pool_fold(q, column[dy * xs], use_min);
+                for (int dy = 1; dy < P; ++dy) q = pool_fold(q, column[dy * xs]);
                 out_c[ly * p.wp + lx] = q;
             }
     }
@@ -499,19 +547,16 @@ conv_stats_pool_kernel(const Params p) {
 
     __shared__ float4 warp_stats[kWarps][NCH];  // per warp and channel: (centre, mean - centre, M2, count)
     __shared__ float tile_shift[NCH];           // per channel: the statistics' shift, the last tile's mean
-    __shared__ bool take_min[NCH];
     __shared__ __align__(8) uint64_t box_landed[2];  // bulk_copy: per box, an mbarrier its copies complete on
     static_assert(MT == 4, "a lane's rows are 4 consecutive positions (i = 0..3), twice (h = 0, 1)");
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tiles = p.tiles_y * p.tiles_x;
-    const int64_t units = static_cast<int64_t>(p.batch) * tiles;
     const int chunk = static_cast<int>(blockIdx.x % p.chunks);
-    const int64_t unit_stride = gridDim.x / p.chunks;
-    int64_t unit = blockIdx.x / p.chunks;
+    UnitPos pos = unit_position(p, static_cast<int>(blockIdx.x) / p.chunks);  // this CTA's first unit; then advance(p, pos)
     const int co0 = chunk * NCH;
     const int K = p.c_in * p.kh * p.kw;
-    if (unit >= units) return;
+    if (pos.n >= static_cast<unsigned>(p.batch)) return;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const bool bulk = p.bulk_copy != 0;
@@ -527,24 +572,22 @@ conv_stats_pool_kernel(const Params p) {
         fence_proxy_async();  // the zeros before the bulk copies' writes
         __syncthreads();
     }
-    start_box(p, boxes, box_landed, bulk, 0, unit);
-    // Once per CTA: the pooling direction per channel, the weight fragments and the tap offsets.
-    if (tid < NCH) {
-        const int c = co0 + tid;
-        take_min[tid] = c < p.c_out && __ldg(p.gamma + c) * __ldg(p.scale + c) < 0.f;
-        tile_shift[tid] = 0.f;
-    }
+    start_box(p, boxes, box_landed, bulk, 0, pos);
+    // Once per CTA: the statistics' shifts, the weight fragments (negated for channels that pool by min)
+    // and the tap offsets.
+    if (tid < NCH) tile_shift[tid] = 0.f;
     for (int i = tid; i < p.ksteps * NT * 32; i += kThreads) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
         const int co = co0 + j * 8 + (fl >> 2);
         const int k0 = s * 8 + (fl & 3), k1 = k0 + 4;
-        const float w0 = (co < p.c_out && k0 < K) ? __ldg(p.weight + static_cast<int64_t>(co) * K + k0) : 0.f;
-        const float w1 = (co < p.c_out && k1 < K) ? __ldg(p.weight + static_cast<int64_t>(co) * K + k1) : 0.f;
+        const float sign = co < p.c_out ? pooling_sign(p, co) : 1.f;
+        const float w0 = (co < p.c_out && k0 < K) ? sign * __ldg(p.weight + static_cast<int64_t>(co) * K + k0) : 0.f;
+        const float w1 = (co < p.c_out && k1 < K) ? sign * __ldg(p.weight + static_cast<int64_t>(co) * K + k1) : 0.f;
         if constexpr (SPLIT3) {
             const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
             reinterpret_cast<float4*>(weight_frag)[i] = make_float4(h0, h1, w0 - h0, w1 - h1);
         } else {
-            reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_hi(w0), tf32_hi(w1));
+            reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_value(w0), tf32_value(w1));
         }
     }
     for (int i = tid; i < p.ksteps * 4; i += kThreads) {
@@ -564,10 +607,9 @@ conv_stats_pool_kernel(const Params p) {
     // The positions that count in a full tile (all R x TX positions inside the conv output), once per CTA.
     const uint32_t full_tile_valid = valid_positions(p, p.tile_rows, p.tile_cols, warp, g);
 
-    for (int iter = 0; unit < units; ++iter, unit += unit_stride) {
-        const int64_t n = unit / tiles;
-        const int tile = static_cast<int>(unit % tiles);
-        const int ty = tile / p.tiles_x, tx = tile % p.tiles_x;
+    for (int iter = 0; pos.n < static_cast<unsigned>(p.batch); ++iter, pos = advance(p, pos)) {
+        const int64_t n = pos.n;
+        const int ty = pos.ty, tx = pos.tx, tile = ty * p.tiles_x + tx;
         const int y0 = ty * p.tile_rows, x0 = tx * p.tile_cols;
         const int rows_valid = tile_rows_valid(p, ty), cols_valid = tile_cols_valid(p, tx);
         const float* box = boxes + (iter & 1) * p.c_in * p.box_pitch;
@@ -575,11 +617,12 @@ conv_stats_pool_kernel(const Params p) {
         // 1. Start copying the next unit's box into the other buffer (free: every warp finished reading
         //    it before the last iteration's barriers), then wait for this unit's box.
         //    With bulk copies, box b's k-th use (iteration 2 k + b) waits for phase k of its mbarrier.
-        const int64_t next = unit + unit_stride;
-        if (next < units) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
+        const UnitPos next = advance(p, pos);
+        const bool has_next = next.n < static_cast<unsigned>(p.batch);
+        if (has_next) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
         if (bulk) {
             mbarrier_wait(&box_landed[iter & 1], (iter >> 1) & 1);
-        } else if (next < units) {
+        } else if (has_next) {
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -622,7 +665,7 @@ conv_stats_pool_kernel(const Params p) {
                                     a_base[i + 32 + off.y]};
                 uint32_t a_hi[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(tf32_hi(v[e]));
+                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : tf32_round(v[e]));
                 if constexpr (SPLIT3) {
                     uint32_t a_lo[4];
 #pragma unroll
@@ -663,10 +706,10 @@ conv_stats_pool_kernel(const Params p) {
         //     write to distinct banks for P >= 4).
         if (p.pool_in_registers) {
             switch (p.pool) {
-                case 2: pool_x_to_stage<2>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
-                case 4: pool_x_to_stage<4>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
-                case 8: pool_x_to_stage<8>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
-                default: pool_x_to_stage<16>(acc, stage, p.stage_stride, take_min, warp, g, t); break;
+                case 2: pool_x_to_stage<2>(acc, stage, p.stage_stride, warp, g, t); break;
+                case 4: pool_x_to_stage<4>(acc, stage, p.stage_stride, warp, g, t); break;
+                case 8: pool_x_to_stage<8>(acc, stage, p.stage_stride, warp, g, t); break;
+                default: pool_x_to_stage<16>(acc, stage, p.stage_stride, warp, g, t); break;
             }
         }
         __syncthreads();  // warp_stats complete (and the x-pooled stage)
@@ -696,16 +739,16 @@ conv_stats_pool_kernel(const Params p) {
 
         // 4c. The pooled values of the tile's windows: pooled rows [y0 / P, y0 / P + npy), columns
         //     [x0 / P, x0 / P + npx); max over each P x P window where gamma * scale >= 0, min where negative.
-        const int py0 = y0 / p.pool, px0 = x0 / p.pool;
-        const int npy = max(0, min(p.tile_rows / p.pool, p.hp - py0));
-        const int npx = max(0, min(p.tile_cols / p.pool, p.wp - px0));
+        const int py0 = ty * p.pooled_tile_rows, px0 = tx * p.pooled_tile_cols;  // y0 / P, x0 / P
+        const int npy = max(0, min(p.pooled_tile_rows, p.hp - py0));
+        const int npx = max(0, min(p.pooled_tile_cols, p.wp - px0));
         if (npy * npx == 0) continue;  // a tile of rows in no pooling window (uniform across the CTA)
         if (p.pool_in_registers) {
             switch (p.pool) {
-                case 2: pool_y_and_store<2>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
-                case 4: pool_y_and_store<4>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
-                case 8: pool_y_and_store<8>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
-                default: pool_y_and_store<16>(p, stage, take_min, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                case 2: pool_y_and_store<2>(p, stage, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                case 4: pool_y_and_store<4>(p, stage, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                case 8: pool_y_and_store<8>(p, stage, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
+                default: pool_y_and_store<16>(p, stage, NCH, co0, n, py0, px0, npy, npx, warp, lane); break;
             }
             continue;
         }
@@ -730,12 +773,10 @@ conv_stats_pool_kernel(const Params p) {
             if (c < p.c_out) {
                 const float* plane = stage + warp * p.stage_stride;
                 float* out_c = p.out + ((n * p.c_out + c) * p.hp + py0) * p.wp + px0;
-                const bool use_min = take_min[j * 8 + warp];
                 for (int ly = 0; ly < npy; ++ly)
                     for (int lx = lane; lx < npx; lx += 32) {
                         const float* win = plane + ly * p.pool * p.box_stride + lx * p.pool;
-                        out_c[ly * p.wp + lx] = use_min ? pool_window<true>(win, p.pool, p.box_stride, vec)
-                                                        : pool_window<false>(win, p.pool, p.box_stride, vec);
+                        out_c[ly * p.wp + lx] = pool_window(win, p.pool, p.box_stride, vec);
                     }
             }
             __syncthreads();
@@ -769,7 +810,7 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
 __global__ void __launch_bounds__(kFinalThreads)
 affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
                     float eps, float lo, float hi) {
-    extern __shared__ float4 coef[];  // per channel of the group: (s_hi, s_lo, a, beta * scale)
+    extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale
     __shared__ double scratch[2][kFinalThreads / 32];
     const int tid = threadIdx.x;
     const int64_t n = blockIdx.x / groups;
@@ -778,14 +819,16 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     const int tiles = p.tiles_y * p.tiles_x;
     const double group_count = static_cast<double>(p.ho) * p.wo * cpg;
 
-    // The tile statistics are (mean, M2) of the conv without bias; mean_t below includes the bias.
+    // The tile statistics are (mean, M2) of sign * conv without bias (pooling_sign); mean_t below is the conv's
+    // mean with the bias.
     const auto tile_count = [&](int tile) {
         return static_cast<double>(tile_rows_valid(p, tile / p.tiles_x)) * tile_cols_valid(p, tile % p.tiles_x);
     };
     double moment = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
-        const double mean_t = p.stats[(n * tiles + tile) * p.c_out + c].x + static_cast<double>(__ldg(bias + c));
+        const double mean_t = pooling_sign(p, c) * p.stats[(n * tiles + tile) * p.c_out + c].x +
+                              static_cast<double>(__ldg(bias + c));
         moment += tile_count(tile) * mean_t;
     }
     const double mean = block_sum(moment, scratch[0]) / group_count;
@@ -793,16 +836,18 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double2 st = p.stats[(n * tiles + tile) * p.c_out + c];
-        const double d = st.x + static_cast<double>(__ldg(bias + c)) - mean;
+        const double d = pooling_sign(p, c) * st.x + static_cast<double>(__ldg(bias + c)) - mean;
         m2 += st.y + tile_count(tile) * d * d;
     }
     const double rstd = 1.0 / sqrt(block_sum(m2, scratch[1]) / group_count + static_cast<double>(eps));
     for (int cl = tid; cl < cpg; cl += kFinalThreads) {
         const int c = grp * cpg + cl;
-        const float gs = __ldg(p.gamma + c) * __ldg(p.scale + c);  // the same product kernel 1 took the sign of
+        const float gs = __ldg(p.gamma + c) * __ldg(p.scale + c);
         const double shift = mean - static_cast<double>(__ldg(bias + c));  // mu - bias: Q has no bias
-        const float s_hi = static_cast<float>(shift);
-        coef[cl] = make_float4(s_hi, static_cast<float>(shift - s_hi), static_cast<float>(gs * rstd),
+        const float s_hi = static_cast<float>(shift), s_lo = static_cast<float>(shift - s_hi);
+        // `out` holds sign * Q: a * (Q - s) = (sign * a) * (sign * Q - sign * s), negations being exact.
+        const float sign = pooling_sign(p, c);
+        coef[cl] = make_float4(sign * s_hi, sign * s_lo, sign * static_cast<float>(gs * rstd),
                                __ldg(beta + c) * __ldg(p.scale + c));
     }
     __syncthreads();
@@ -942,6 +987,7 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     P.tile_rows = static_cast<int>(rows); P.tile_cols = static_cast<int>(cols);
     P.box_stride = static_cast<int>(stride); P.box_pitch = static_cast<int>(pitch);
     P.tiles_y = static_cast<int>(tiles_y); P.tiles_x = static_cast<int>(tiles_x);
+    P.pooled_tile_rows = static_cast<int>(rows / pool); P.pooled_tile_cols = static_cast<int>(cols / pool);
     P.chunks = static_cast<int>(chunks);
     P.ksteps = static_cast<int>(ksteps);
     P.whole_rows = whole_rows ? 1 : 0;
@@ -1067,6 +1113,11 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
     const int64_t ctas = grid_ctas(plan, N, split3, device);
+    const int64_t tiles_per_sample = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
+    const int64_t unit_stride = ctas / P.chunks, stride_tile = unit_stride % tiles_per_sample;
+    P.step_n = static_cast<int>(unit_stride / tiles_per_sample);
+    P.step_ty = static_cast<int>(stride_tile / P.tiles_x);
+    P.step_tx = static_cast<int>(stride_tile % P.tiles_x);
     kernel_for(plan.nt, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     affine_clamp_kernel<<<static_cast<unsigned>(N * groups), kFinalThreads, coef_bytes, stream>>>(
