@@ -475,6 +475,61 @@ __device__ __forceinline__ void warp_statistics(const float (&acc)[kMTiles][NT][
         }
 }
 
+// One level of a transposed reduction: lanes whose LANE_BIT is set keep v[HALF, 2 HALF), the others
+// v[0, HALF); each adds its partner's (lane ^ LANE_BIT) value of the half it keeps, into v[0, HALF).
+template <int HALF, int LANE_BIT>
+__device__ __forceinline__ void halve_across_lanes(float (&v)[16], int g) {
+    const bool upper = (g << 2) & LANE_BIT;
+#pragma unroll
+    for (int k = 0; k < HALF; ++k) {
+        const float keep = upper ? v[k + HALF] : v[k], send = upper ? v[k] : v[k + HALF];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, LANE_BIT);
+    }
+}
+
+// warp_statistics for NT = 4 with the reduction over the warp's 8 rows of lanes transposed: the lane's 16
+// per-row sums (8 channels x (y - c, (y - c)^2)) are halved at each of the three shuffle levels (each lane
+// keeps the half its row bit selects and adds its partner's): 14 shuffles instead of 48, and lane (g, t)
+// ends with the two warp sums of one channel, q = 4 g0 + 2 g1 + g2 (g's bits reversed; j = q / 2, e = q % 2),
+// so the shift check and the store run once per lane, not once per channel. The levels go in
+// sum_over_rows's order (lane bits 2, 3, 4) and each sum is own + partner's: the same float results.
+// Where any channel's shift is far from its values, warp_statistics redoes the warp with the second pass.
+__device__ __forceinline__ void warp_statistics_transposed(const float (&acc)[kMTiles][4][4], uint32_t valid,
+                                                           const float* shift, float4* out, int g, int t) {
+    float v[16];  // v[2 q + s], q = 2 j + e the lane's channel, s = 0: sum of (y - c), 1: of (y - c)^2
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float c = shift[j * 8 + 2 * t + e];
+            float d1 = 0.f, d2 = 0.f;
+#pragma unroll
+            for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (valid >> (2 * i + h) & 1u) {
+                        const float d = acc[i][j][2 * h + e] - c;
+                        d1 += d;
+                        d2 = fmaf(d, d, d2);
+                    }
+            v[2 * (2 * j + e)] = d1;
+            v[2 * (2 * j + e) + 1] = d2;
+        }
+    halve_across_lanes<8, 4>(v, g);  // lane bits 2, 3, 4 (g bits 0, 1, 2) select the upper halves
+    halve_across_lanes<4, 8>(v, g);
+    halve_across_lanes<2, 16>(v, g);
+    const int q = (g & 1) << 2 | (g & 2) | g >> 2;
+    const int ch = (q >> 1) * 8 + 2 * t + (q & 1);
+    const int count = static_cast<int>(valid >> 8);
+    const bool far = !(2.f * v[0] * v[0] <= static_cast<float>(count) * v[1]) || !isfinite(v[1]);
+    if (__any_sync(0xffffffffu, far)) {  // uniform across the warp: the second pass (rare)
+        warp_statistics(acc, valid, shift, out, g, t);
+        return;
+    }
+    const float m1 = v[0] * (count > 0 ? 1.f / static_cast<float>(count) : 0.f);
+    out[ch] = make_float4(shift[ch], m1, fmaf(-v[0], m1, v[1]), static_cast<float>(count));
+}
+
 // Pooling along x in registers, for a compile-time P in {2, 4, 8, 16} (step 4a of the kernel): a lane's
 // 4 consecutive positions hold two windows (P = 2), one (P = 4), or a half or quarter of one whose rest is
 // in the next one or three lanes (P = 8, 16: one or two shuffles). Writes the x-pooled values to the stage
@@ -698,7 +753,8 @@ conv_stats_pool_kernel(const Params p) {
         const uint32_t valid = (rows_valid == p.tile_rows && cols_valid == p.tile_cols)
                                    ? full_tile_valid
                                    : valid_positions(p, rows_valid, cols_valid, warp, g);
-        warp_statistics(acc, valid, tile_shift, warp_stats[warp], g, t);
+        if constexpr (NT == 4) warp_statistics_transposed(acc, valid, tile_shift, warp_stats[warp], g, t);
+        else warp_statistics(acc, valid, tile_shift, warp_stats[warp], g, t);
 
         // 4a. Pooling along x in registers where P in {2, 4, 8, 16} divides BS (pool_in_registers): a window's
         //     columns then lie in one conv row, starting at a multiple of P. pool_x_to_stage writes the x-pooled
