@@ -573,7 +573,11 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
     float* out_c = p.out + ((n * p.c_out + co0 + warp) * p.hp + py0) * p.wp + px0;
     const float* plane = stage + warp * p.stage_stride;
     for (int cl = warp; cl < channels; cl += kWarps, out_c += kWarps * out_plane, plane += kWarps * p.stage_stride) {
+        // Usually one pass of each inner loop (a tile's pooled rows and columns fit the warp): not unrolled,
+        // so no remainder code.
+#pragma unroll 1
         for (int ly = 0; ly < npy; ++ly)
+#pragma unroll 1
             for (int lx = lane; lx < npx; lx += 32) {
                 const float* column = plane + ly * P * xs + lx;
                 float q = column[0];
