@@ -913,21 +913,44 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     __syncthreads();
     // In place over each channel's plane: a scalar head up to a 16-byte boundary, 16-byte accesses, a
     // scalar tail (4-byte accesses left a third of the copy rate on the table: too few bytes in flight).
+    // Four channels at a time, each thread loading its 16-byte word of all four before it finishes and
+    // stores any, so that four loads are in flight per thread instead of one.
+    constexpr int kBatch = 4;
     const int plane = p.hp * p.wp;  // < 2^31: a plane of the input is
-    for (int cl = 0; cl < cpg; ++cl) {
-        const float4 k = coef[cl];
-        const auto finish = [&](float v) { return nan_min(nan_max(fmaf(k.z, (v - k.x) - k.y, k.w), lo), hi); };
-        float* dst = p.out + (n * p.c_out + grp * cpg + cl) * plane;
-        const int head = min(plane, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15) / 4));
-        const int body = (plane - head) / 4;
-        if (tid < head) dst[tid] = finish(dst[tid]);
-        float4* dst4 = reinterpret_cast<float4*>(dst + head);
-        for (int v = tid; v < body; v += kFinalThreads) {
-            float4 q = dst4[v];
-            q.x = finish(q.x); q.y = finish(q.y); q.z = finish(q.z); q.w = finish(q.w);
-            dst4[v] = q;
+    for (int c0 = 0; c0 < cpg; c0 += kBatch) {
+        float* dst[kBatch];
+        int head[kBatch], body[kBatch], most = 0;
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int cl = min(c0 + u, cpg - 1);  // past cpg: a copy of the last channel, with nothing to do
+            dst[u] = p.out + (n * p.c_out + grp * cpg + cl) * plane;
+            head[u] = min(plane, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(dst[u]) & 15)) & 15) / 4));
+            body[u] = c0 + u < cpg ? (plane - head[u]) / 4 : 0;
+            most = max(most, body[u]);
         }
-        for (int e = head + 4 * body + tid; e < plane; e += kFinalThreads) dst[e] = finish(dst[e]);
+        const auto finish = [&](int u, float v) {
+            const float4 k = coef[c0 + u];
+            return nan_min(nan_max(fmaf(k.z, (v - k.x) - k.y, k.w), lo), hi);
+        };
+        for (int v = tid; v < most; v += kFinalThreads) {
+            float4 q[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u)
+                if (v < body[u]) q[u] = reinterpret_cast<const float4*>(dst[u] + head[u])[v];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u)
+                if (v < body[u]) {
+                    q[u].x = finish(u, q[u].x); q[u].y = finish(u, q[u].y);
+                    q[u].z = finish(u, q[u].z); q[u].w = finish(u, q[u].w);
+                    reinterpret_cast<float4*>(dst[u] + head[u])[v] = q[u];
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            if (c0 + u >= cpg) break;
+            if (tid < head[u]) dst[u][tid] = finish(u, dst[u][tid]);
+            for (int e = head[u] + 4 * body[u] + tid; e < plane; e += kFinalThreads) dst[u][e] = finish(u, dst[u][e]);
+        }
     }
 }
 
