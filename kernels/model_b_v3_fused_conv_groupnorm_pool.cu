@@ -114,7 +114,7 @@ struct Params {
     const float* weight;
     const float* gamma;
     const float* scale;
-    float* out;               // receives the sign-selected pooled conv values (pass 2 finishes them in place)
+    float* out;               // receives sign * the sign-selected pooled conv values (pass 2 finishes them in place)
     double2* stats;           // [N][tiles][C_out]: (mean, M2) of the conv (no bias) over a tile's positions
     int c_in, c_out, kh, kw;
     int h, w, ho, wo, hp, wp, pool;
@@ -612,7 +612,7 @@ conv_stats_pool_kernel(const Params p) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tiles = p.tiles_y * p.tiles_x;
     const int chunk = static_cast<int>(blockIdx.x % p.chunks);
-    UnitPos pos = unit_position(p, static_cast<int>(blockIdx.x) / p.chunks);  // this CTA's first unit; then advance(p, pos)
+    UnitPos pos = unit_position(p, static_cast<int>(blockIdx.x) / p.chunks);  // the first unit; then advance()
     const int co0 = chunk * NCH;
     const int K = p.c_in * p.kh * p.kw;
     if (pos.n >= static_cast<unsigned>(p.batch)) return;
@@ -798,7 +798,8 @@ conv_stats_pool_kernel(const Params p) {
         }
 
         // 4c. The pooled values of the tile's windows: pooled rows [y0 / P, y0 / P + npy), columns
-        //     [x0 / P, x0 / P + npx); max over each P x P window where gamma * scale >= 0, min where negative.
+        //     [x0 / P, x0 / P + npx); max over each P x P window of sign * y (pooling_sign: y's min-pool where
+        //     gamma * scale < 0).
         const int py0 = ty * p.pooled_tile_rows, px0 = tx * p.pooled_tile_cols;  // y0 / P, x0 / P
         const int npy = max(0, min(p.pooled_tile_rows, p.hp - py0));
         const int npx = max(0, min(p.pooled_tile_cols, p.wp - px0));
