@@ -445,4 +445,5 @@ def test_nan_payloads_and_infinities_reach_the_outputs_pytorch_gives(allow_tf32)
         assert torch.equal(torch.isposinf(got), torch.isposinf(expected)), where
         assert torch.equal(torch.isneginf(got), torch.isneginf(expected)), where
         finite = torch.isfinite(expected)
-        torch.testing.assert_close(got[finite], expected[finite], atol=1e-2, rtol=1e-2)
+        tol = 1e-2 if allow_tf32 else 1e-4  # TF32: KernelBench's criterion
+        torch.testing.assert_close(got[finite], expected[finite], atol=tol, rtol=tol)
