@@ -13,6 +13,9 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
   ``allow_tf32=True``), reduces each tile to per-channel statistics and to its sign-selected
   pooled values, and writes only those; a second, small launch merges the statistics per group
   and applies the affine map and the clamp in place. The conv output never reaches device memory.
+  In the TF32 mode on an H100 (an sm_90a build) with C_out > 16, the GEMM runs on ``wgmma`` with
+  the input read from shared memory (``wgmma=True``, the default; False keeps the
+  ``mma.sync`` GEMM, for comparison).
 * ``variant="v2"``: PyTorch's (cuDNN) Conv2d, without its bias, then
   ``kernels/model_b_v1_v2_groupnorm_pool.cu``: one pass for the GroupNorm statistics (the bias
   added on the fly), one pass that pools first -- a max-pool where gamma * scale >= 0, a min-pool
@@ -192,10 +195,14 @@ class ModelNew(nn.Module):
     False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1/v2 run
     cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv.
     ``variant``: "v1", "v2" or "v3" (default).
+    ``wgmma`` (keyword, default True): v3's TF32 mode reads A from shared memory on ``wgmma``
+    where the plan allows it (sm_90a build, C_out > 16, box row stride a multiple of 4); False keeps
+    the ``mma.sync`` GEMM. It has no effect on the fp32-accurate mode.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,
-                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v3"):
+                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v3",
+                 wgmma: bool = True):
         super().__init__()
         if tuple(scale_shape) != (out_channels, 1, 1):
             raise ValueError(f"ModelNew: scale_shape must be (out_channels, 1, 1) = ({out_channels}, 1, 1), "
@@ -212,6 +219,7 @@ class ModelNew(nn.Module):
         self.clamp_max = float(clamp_max)
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
+        self.wgmma = bool(wgmma)
 
     def path(self, x: torch.Tensor) -> str:
         """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
@@ -263,4 +271,4 @@ class ModelNew(nn.Module):
                               device=x.device, dtype=x.dtype)
         return _load_extension(KERNEL_V3).forward(
             x, self.conv.weight.detach(), *self._parameters_for_kernels(), self.group_norm.num_groups, self.pool,
-            self.clamp_min, self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out)
+            self.clamp_min, self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out, self.wgmma)

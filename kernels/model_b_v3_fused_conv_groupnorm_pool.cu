@@ -134,6 +134,10 @@ struct Params {
     int pool_in_registers;    // 1: windows pooled along x in registers (P in {2, 4, 8, 16} dividing BS)
     int bulk_copy;            // 1: boxes copied by TMA bulk copies (sm_90, whole rows, W % 4 = 0, x 16-byte aligned)
     int stage_stride;         // floats per channel in the stage: kRows / P + 4 (x-pooled) or kStageStride
+    // The GEMM on wgmma (wgmma plans; see relay_box): the box relaid as channel quads,
+    // [quad][phase 0..3][quad_plane_units 16-byte words], quad_groups quads (C_in padded to 8).
+    int quad_groups;
+    int quad_plane_units;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +241,89 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Hopper's warpgroup MMA (sm_90a), for the wgmma plans: the four warps of a warpgroup (128 threads,
+// warpgroup-aligned) issue one m64 x n32 x k8 product together, B (and, in the TF32 mode, A) from shared
+// memory through descriptors, D (fp32) in registers: per warp, mma.m16n8k8's D fragments of its 16 rows for the 4
+// n8 tiles in order (acc[i] of the mma.sync path). Asynchronous: wgmma_fence() orders register writes before
+// the products, wgmma_commit() closes a group, wgmma_wait<0>() waits for all groups. A descriptor (64 bits,
+// no swizzle, K-major) packs the start address, the leading byte offset (LBO: the step between the two
+// k halves of a k8 slice) and the stride byte offset (SBO: the step between 8-row groups), all >> 4; only
+// the low word (address, LBO) varies here, and adding to it never carries into LBO (shared memory ends
+// below 2^18 bytes). The same recipe is checked against a matmul in scripts/probes/wgmma_tf32.cu.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MODEL_B_WGMMA 1
+constexpr uint32_t kQuadDescHigh = 128 >> 4;    // A: SBO = 8 rows x 16 bytes (a core matrix)
+constexpr uint32_t kWeightDescHigh = 256 >> 4;  // B: SBO = 8 channels x both k halves
+// Low word of the weights' descriptor at `smem`: LBO = 128 bytes (the k halves are adjacent core matrices).
+__device__ __forceinline__ uint32_t weight_descriptor_low(const float* smem) {
+    return ((smem_address(smem) & 0x3ffff) >> 4) | ((128 >> 4) << 16);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// d = a * b (ACCUMULATE false: scale-d = 0, d is only written) or d += a * b for the warpgroup's m64 x n32 x k8
+// tile.
+template <bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[4][4], uint32_t a_desc_low, uint32_t b_desc_low) {
+    if constexpr (ACCUMULATE) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, 1, 0;\n"
+            "mov.b64 ad, {%16, %18};\nmov.b64 bd, {%17, %19};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, ad, bd, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+            : "r"(a_desc_low), "r"(b_desc_low), "n"(kQuadDescHigh), "n"(kWeightDescHigh));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, 0, 0;\n"
+            "mov.b64 ad, {%16, %18};\nmov.b64 bd, {%17, %19};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, ad, bd, p, 1, 1;\n}\n"
+            : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]),
+              "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]),
+              "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]),
+              "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3])
+            : "r"(a_desc_low), "r"(b_desc_low), "n"(kQuadDescHigh), "n"(kWeightDescHigh));
+    }
+}
+
+// The same product with A from registers (per warp, mma.m16n8k8's A fragment of its 16 rows), for the
+// fp32-accurate mode, whose A is split into TF32 hi and lo in registers. d is read and written even with
+// ACCUMULATE false (scale-d = 0 ignores what it reads): the product lands in d's own registers, which keeps
+// ptxas from giving every partial sum registers of its own (model C's kernels spilled that way).
+template <bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[4][4], const uint32_t (&a)[4], uint32_t b_desc_low) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 bd;\nsetp.ne.b32 p, %22, 0;\nmov.b64 bd, {%20, %21};\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, bd, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kWeightDescHigh),
+          "n"(ACCUMULATE ? 1 : 0));
+}
+
+// x as a warp-uniform value, so that the descriptors computed from it may live in uniform registers (the
+// warp must be converged).
+__device__ __forceinline__ uint32_t warp_uniform(uint32_t x) { return __shfl_sync(0xffffffffu, x, 0); }
+#endif
+
+// Whether the loaded binary has the wgmma code (sm_90a), for the host to pick the kernel: this kernel, never
+// launched, declares a different launch bound in the sm_90a device pass, read with cudaFuncGetAttributes.
+#if defined(MODEL_B_WGMMA)
+constexpr int kWgmmaProbeThreads = 128;
+#else
+constexpr int kWgmmaProbeThreads = 64;
+#endif
+__global__ void __launch_bounds__(kWgmmaProbeThreads) wgmma_build_probe() {}
+
 // Sum over the 8 lanes of a quad column (same t, g = 0..7): the rows of an mma fragment.
 __device__ __forceinline__ float sum_over_rows(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 4);
@@ -245,24 +332,33 @@ __device__ __forceinline__ float sum_over_rows(float v) {
     return v;
 }
 
-// Shared-memory layout of the main kernel (dynamic part), in this order, each part 16-byte aligned.
+// Shared-memory layout of the main kernel (dynamic part), in this order, each part 16-byte aligned. For the
+// GEMM on wgmma (relaid), the weights are the k8 chunks of wgmma's core matrices (the same bytes as the
+// mma.sync fragments), the tap table holds one int4 per k-step, and the boxes are one raw box (the copies
+// land there) and the relaid box of channel quads the GEMM reads (`quad_floats`).
 struct SmemLayout {
     int nt;       // n8 tiles
     bool split3;  // 3xTF32: hi and lo weight fragments
+    bool relaid;  // the GEMM on wgmma, from the relaid box
     __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
         return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
-    __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
-    __host__ __device__ size_t box_bytes(int c_in, int pitch) const {  // two input boxes: this unit's and the next
-        return static_cast<size_t>(2) * c_in * pitch * sizeof(float);
+    __host__ __device__ size_t tap_bytes(int ksteps) const {
+        return static_cast<size_t>(ksteps) * (relaid ? sizeof(int4) : 4 * sizeof(int2));
+    }
+    // Two input boxes (this unit's and the next), or the raw box and the relaid one.
+    __host__ __device__ size_t box_bytes(int c_in, int pitch, int quad_floats) const {
+        return (relaid ? static_cast<size_t>(c_in) * pitch + quad_floats : static_cast<size_t>(2) * c_in * pitch) *
+               sizeof(float);
     }
     // The stage holds all 8 * NT channels of a tile pooled along x (x-pooled: stride kRows / P + 4), or
     // 8 raw channels at a time (general pooling: stride kStageStride).
     __host__ __device__ size_t stage_bytes(bool x_pooled, int stride) const {
         return static_cast<size_t>(x_pooled ? 8 * nt : 8) * stride * sizeof(float);
     }
-    __host__ __device__ size_t total(int ksteps, int c_in, int pitch, bool x_pooled, int stride) const {
-        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch) + stage_bytes(x_pooled, stride);
+    __host__ __device__ size_t total(int ksteps, int c_in, int pitch, int quad_floats, bool x_pooled, int stride) const {
+        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch, quad_floats) +
+               stage_bytes(x_pooled, stride);
     }
 };
 
@@ -588,21 +684,188 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
     }
 }
 
+// The GEMM on wgmma (wgmma plans: sm_90a, 32-channel chunks, BS % 4 == 0; both accuracy modes).
+// wgmma reads A from shared memory as core matrices of 8 rows x 16 bytes (4 k values), rows 16 bytes apart.
+// The raw box cannot be that (row m + 1 of a tap starts 4 bytes after row m), so each tile's box is relaid
+// once into channel quads split by phase: element (ci, flat position e = 4 u + v) of the box goes to
+//     quads[((ci / 4) * 4 + v) * quad_plane_units + u][ci % 4]        (16-byte words)
+// Position m = 4 u + v of the GEMM (a warp's rows m = 64 warp + 32 h + 4 g + i: phase v = i, u = 16 warp +
+// 8 h + g) reads, for tap (ky, kx) and channel ci, flat element m + ky BS + kx, which is word u + ky BS / 4 +
+// (v + kx) / 4 of phase (v + kx) % 4: for a fixed (tap, phase) the 64 rows u of a warpgroup's m64 block are
+// 64 consecutive words, 8 core matrices 128 bytes apart (SBO), and the two channel quads of a k8 slice are
+// quad planes apart (LBO). So the warpgroup's m64 block i is the m16 tile i of its four warps, and the
+// accumulators land where the mma.sync path puts them: the epilogue is shared.
+//   TF32 mode: the relay rounds to TF32 (tf32_round, as the mma.sync path does per A fragment) and wgmma reads
+// A from the relaid box. fp32-accurate mode: the relay copies; each lane loads its A fragments from the relaid
+// box (32 consecutive floats per warp: no bank conflict) and splits them into hi and lo in registers, and the
+// three products of a k-step go to a partial sum as on mma.sync. Either way the products are those of the
+// mma.sync path, but the k sum runs tap-major, so the outputs differ in the last bits.
+//
+// Relays the box rows this tile reads (channels past C_in stay zero: the buffer is zeroed once).
+template <bool ROUND>
+__device__ __forceinline__ void relay_box(const Params& p, const float* raw, float* quads) {
+    const auto value = [](float v) { return ROUND ? tf32_round(v) : v; };
+    const int units = p.box_stride / 4;  // 16-byte words per box row and phase
+    const int rows = p.tile_rows + p.kh - 1;
+    const int used_quads = (p.c_in + 3) / 4;
+    const int items = used_quads * rows * units;
+    for (int e = threadIdx.x; e < items; e += kThreads) {
+        const int row_item = e / units, u = e - row_item * units;
+        const int quad = row_item / rows, r = row_item - quad * rows;
+        float4 c[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int ci = 4 * quad + k;
+            c[k] = ci < p.c_in ? *reinterpret_cast<const float4*>(raw + ci * p.box_pitch + r * p.box_stride + 4 * u)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * p.quad_plane_units + r * units + u);
+        dst[0] = make_float4(value(c[0].x), value(c[1].x), value(c[2].x), value(c[3].x));
+        dst[p.quad_plane_units] = make_float4(value(c[0].y), value(c[1].y), value(c[2].y), value(c[3].y));
+        dst[2 * p.quad_plane_units] = make_float4(value(c[0].z), value(c[1].z), value(c[2].z), value(c[3].z));
+        dst[3 * p.quad_plane_units] = make_float4(value(c[0].w), value(c[1].w), value(c[2].w), value(c[3].w));
+    }
+}
+
+#if defined(MODEL_B_WGMMA)
+// N k-steps of the warpgroup's GEMM, all products issued, then one wait (a runtime loop between a wgmma and
+// its wait would make ptxas serialize them all, C7520). taps[s] holds the A descriptor offsets of k-step s
+// for the four phases; the weights of k-step s are the k8 chunk after those of s - 1. FRESH: the first
+// k-step starts the accumulators.
+template <int N, bool FRESH>
+__device__ __forceinline__ void gemm_batch_ss(float (&acc)[kMTiles][4][4], const int4* taps, uint32_t a_low,
+                                              uint32_t b_low) {
+    constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;  // a k-step's weights, in 16-byte units
+    uint32_t a[N][kMTiles];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        const int4 off = taps[e];
+        a[e][0] = a_low + warp_uniform(static_cast<uint32_t>(off.x));
+        a[e][1] = a_low + warp_uniform(static_cast<uint32_t>(off.y));
+        a[e][2] = a_low + warp_uniform(static_cast<uint32_t>(off.z));
+        a[e][3] = a_low + warp_uniform(static_cast<uint32_t>(off.w));
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+            if (FRESH && e == 0) wgmma_tf32_ss<false>(acc[i], a[e][i], b_low + e * kChunkUnits);
+            else wgmma_tf32_ss<true>(acc[i], a[e][i], b_low + e * kChunkUnits);
+        }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+// The warpgroup's whole GEMM over `ksteps` >= 1 k-steps, in batches of 8, 4, 2 and 1.
+__device__ __forceinline__ void gemm_ss(float (&acc)[kMTiles][4][4], const int4* taps, int ksteps, uint32_t a_low,
+                                        uint32_t b_low) {
+    constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;
+    int done;
+    if (ksteps >= 8) {
+        gemm_batch_ss<8, true>(acc, taps, a_low, b_low);
+        done = 8;
+    } else if (ksteps >= 4) {
+        gemm_batch_ss<4, true>(acc, taps, a_low, b_low);
+        done = 4;
+    } else if (ksteps >= 2) {
+        gemm_batch_ss<2, true>(acc, taps, a_low, b_low);
+        done = 2;
+    } else {
+        gemm_batch_ss<1, true>(acc, taps, a_low, b_low);
+        done = 1;
+    }
+    while (done < ksteps) {
+        const int left = ksteps - done;
+        const uint32_t b = b_low + done * kChunkUnits;
+        if (left >= 8) {
+            gemm_batch_ss<8, false>(acc, taps + done, a_low, b);
+            done += 8;
+        } else if (left >= 4) {
+            gemm_batch_ss<4, false>(acc, taps + done, a_low, b);
+            done += 4;
+        } else if (left >= 2) {
+            gemm_batch_ss<2, false>(acc, taps + done, a_low, b);
+            done += 2;
+        } else {
+            gemm_batch_ss<1, false>(acc, taps + done, a_low, b);
+            done += 1;
+        }
+    }
+}
+
+// The fp32-accurate GEMM of a warpgroup: per k-step and phase, the lane's A fragment from the relaid box
+// (`a_lane` = its first element: word 16 warp + g, float t; a1 is 8 words on, a2 and a3 the next quad),
+// split into TF32 hi and lo, and lo*hi + hi*lo + hi*hi into a partial sum started from zero, then one fp32
+// add to the accumulator (accumulating straight into it measured 10 % over PARITY.md's fp32 limit at K = 300
+// on mma.sync). Weights per k-step: the hi chunk, then the lo chunk.
+__device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], const int4* taps, int ksteps,
+                                               const float* a_lane, int quad_floats, uint32_t b_low) {
+    constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;  // one chunk (hi or lo), in 16-byte units
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    for (int s = 0; s < ksteps; ++s) {
+        const int4 off = taps[s];
+        const int words[kMTiles] = {off.x, off.y, off.z, off.w};
+        float x[kMTiles][4];
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+            const float* a = a_lane + 4 * words[i];
+            x[i][0] = a[0]; x[i][1] = a[32]; x[i][2] = a[quad_floats]; x[i][3] = a[quad_floats + 32];
+        }
+        const uint32_t b_hi = b_low + 2 * s * kChunkUnits, b_lo = b_hi + kChunkUnits;
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                hi[e] = __float_as_uint(tf32_hi(x[i][e]));
+                lo[e] = __float_as_uint(x[i][e] - __uint_as_float(hi[e]));
+            }
+            float part[4][4];
+            wgmma_fence();
+            wgmma_tf32_rs<false>(part, lo, b_hi);
+            wgmma_tf32_rs<true>(part, hi, b_lo);
+            wgmma_tf32_rs<true>(part, hi, b_hi);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
+        }
+    }
+}
+#endif
+
 // Persistent: grid.x = chunks * G. CTA b serves channel chunk b % chunks and walks the (sample, tile)
 // units u = b / chunks, + G, + 2G, ... (the CTAs of the chunks of one unit are neighbours: L2 hits on the
 // box). The weight fragments are set up once; the next unit's box is copied while this one computes.
-template <int NT, bool SPLIT3>
+// WGMMA (NT = 4, sm_90a): the GEMM on wgmma from the relaid box (relay_box); one raw box, whose next copy
+// starts once this tile's box is relaid.
+template <int NT, bool SPLIT3, bool WGMMA>
 __global__ void __launch_bounds__(kThreads, 2)
 conv_stats_pool_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if !defined(MODEL_B_WGMMA)
+    if constexpr (WGMMA) __trap();  // built without sm_90a's wgmma: the host never launches it (make_plan)
+#endif
+    static_assert(!WGMMA || NT == 4, "the GEMM on wgmma: 32-channel chunks");
     constexpr int NCH = 8 * NT;
     constexpr int MT = kMTiles;
-    constexpr SmemLayout layout{NT, SPLIT3};
+    constexpr SmemLayout layout{NT, SPLIT3, WGMMA};
     extern __shared__ __align__(16) unsigned char smem[];
     float* weight_frag = reinterpret_cast<float*>(smem);
     int2* taps = reinterpret_cast<int2*>(smem + layout.weight_bytes(p.ksteps));
     float* boxes = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
-    float* stage = boxes + 2 * p.c_in * p.box_pitch;  // see SmemLayout::stage_bytes
+    // WGMMA: boxes is the raw box, then the relaid one (quads)
+    float* quads = boxes + p.c_in * p.box_pitch;
+    float* stage = WGMMA ? quads + 16 * p.quad_groups * p.quad_plane_units
+                          : boxes + 2 * p.c_in * p.box_pitch;  // see SmemLayout::stage_bytes
 
     __shared__ float4 warp_stats[kWarps][NCH];  // per warp and channel: (centre, mean - centre, M2, count)
     __shared__ float tile_shift[NCH];           // per channel: the statistics' shift, the last tile's mean
@@ -622,20 +885,54 @@ conv_stats_pool_kernel(const Params p) {
 #else
     const bool bulk = false;  // the host sets bulk_copy on sm_90 and newer only
 #endif
+    if (WGMMA) {  // the relay reads whole raw rows, and wgmma padded channels and words past the box
+        for (int i = tid; i < p.c_in * p.box_pitch + 16 * p.quad_groups * p.quad_plane_units; i += kThreads)
+            boxes[i] = 0.f;
+    }
     if (bulk) {
-        for (int i = tid; i < 2 * p.c_in * p.box_pitch; i += kThreads) boxes[i] = 0.f;
+        if (!WGMMA)
+            for (int i = tid; i < 2 * p.c_in * p.box_pitch; i += kThreads) boxes[i] = 0.f;
         if (tid == 0) {
             mbarrier_init(&box_landed[0]);
             mbarrier_init(&box_landed[1]);
         }
         fence_proxy_async();  // the zeros before the bulk copies' writes
-        __syncthreads();
     }
+    if (bulk || WGMMA) __syncthreads();
     start_box(p, boxes, box_landed, bulk, 0, pos);
     // Once per CTA: the statistics' shifts, the weight fragments (negated for channels that pool by min)
     // and the tap offsets.
     if (tid < NCH) tile_shift[tid] = 0.f;
-    for (int i = tid; i < p.ksteps * NT * 32; i += kThreads) {
+    if constexpr (WGMMA) {
+        // k-step s = (tap (ky, kx), channels 8 q .. 8 q + 7), q fastest: the weights as wgmma's core matrices,
+        // [n group (4)][k half (2)][8 channels n][4 k] per k-step (a chunk), rounded to TF32, or split into a hi
+        // chunk and a lo chunk (SPLIT3); per k-step and phase v the offset of A's first word in the relaid box
+        // (16-byte units): channel quad 2 q, phase (v + kx) % 4, word ky BS / 4 + (v + kx) / 4.
+        const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw;
+        for (int i = tid; i < p.ksteps * 256; i += kThreads) {
+            const int s = i >> 8, k = (i >> 5) & 7, n = i & 31;
+            const int tap = s / quads8, ci = 8 * (s - tap * quads8) + k, co = co0 + n;
+            const float w = (co < p.c_out && ci < p.c_in)
+                                ? pooling_sign(p, co) * __ldg(p.weight + (static_cast<int64_t>(co) * p.c_in + ci) * kk + tap)
+                                : 0.f;
+            const int at = ((n >> 3) * 2 + (k >> 2)) * 32 + (n & 7) * 4 + (k & 3);
+            if constexpr (SPLIT3) {
+                const float hi = tf32_hi(w);
+                weight_frag[s * 512 + at] = hi;
+                weight_frag[s * 512 + 256 + at] = w - hi;
+            } else {
+                weight_frag[s * 256 + at] = tf32_value(w);
+            }
+        }
+        for (int s = tid; s < p.ksteps; s += kThreads) {
+            const int tap = s / quads8, q = s - tap * quads8, ky = tap / p.kw, kx = tap - ky * p.kw;
+            int off[4];
+            for (int v = 0; v < 4; ++v)
+                off[v] = (8 * q + (v + kx) % 4) * p.quad_plane_units + ky * (p.box_stride / 4) + (v + kx) / 4;
+            reinterpret_cast<int4*>(taps)[s] = make_int4(off[0], off[1], off[2], off[3]);
+        }
+    }
+    for (int i = tid; i < (WGMMA ? 0 : p.ksteps * NT * 32); i += kThreads) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
         const int co = co0 + j * 8 + (fl >> 2);
         const int k0 = s * 8 + (fl & 3), k1 = k0 + 4;
@@ -649,7 +946,7 @@ conv_stats_pool_kernel(const Params p) {
             reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_value(w0), tf32_value(w1));
         }
     }
-    for (int i = tid; i < p.ksteps * 4; i += kThreads) {
+    for (int i = tid; i < (WGMMA ? 0 : p.ksteps * 4); i += kThreads) {
         int off[2];
         for (int h = 0; h < 2; ++h) {
             const int kk = (i >> 2) * 8 + (i & 3) + 4 * h;
@@ -669,24 +966,38 @@ conv_stats_pool_kernel(const Params p) {
     for (int iter = 0; pos.n < static_cast<unsigned>(p.batch); ++iter, pos = advance(p, pos)) {
         const int64_t n = pos.n;
         const int ty = pos.ty, tx = pos.tx, tile = ty * p.tiles_x + tx;
-        const int y0 = ty * p.tile_rows, x0 = tx * p.tile_cols;
         const int rows_valid = tile_rows_valid(p, ty), cols_valid = tile_cols_valid(p, tx);
-        const float* box = boxes + (iter & 1) * p.c_in * p.box_pitch;
+        const float* box = boxes + (WGMMA ? 0 : (iter & 1) * p.c_in * p.box_pitch);
 
         // 1. Start copying the next unit's box into the other buffer (free: every warp finished reading
         //    it before the last iteration's barriers), then wait for this unit's box.
         //    With bulk copies, box b's k-th use (iteration 2 k + b) waits for phase k of its mbarrier.
+        //    WGMMA: wait for this unit's raw box, relay it (every warp finished reading the relaid box
+        //    before the last iteration's barriers), then start copying the next unit's into the raw box.
         const UnitPos next = advance(p, pos);
         const bool has_next = next.n < static_cast<unsigned>(p.batch);
-        if (has_next) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
-        if (bulk) {
-            mbarrier_wait(&box_landed[iter & 1], (iter >> 1) & 1);
-        } else if (has_next) {
-            cp_async_wait<1>();
+        if constexpr (WGMMA) {
+            if (bulk) {
+                mbarrier_wait(&box_landed[0], iter & 1);
+            } else {
+                cp_async_wait<0>();
+                __syncthreads();
+            }
+            relay_box<!SPLIT3>(p, box, quads);
+            fence_proxy_async();  // the relaid box (generic writes) before wgmma reads it
+            __syncthreads();
+            if (has_next) start_box(p, boxes, box_landed, bulk, 0, next);
         } else {
-            cp_async_wait<0>();
+            if (has_next) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
+            if (bulk) {
+                mbarrier_wait(&box_landed[iter & 1], (iter >> 1) & 1);
+            } else if (has_next) {
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
         }
-        __syncthreads();
 
         // 2. The implicit GEMM: rows = this warp's 64 flat positions, columns = NT x 8 channels, K in steps of
         //    8. Row g (h = 0) or g + 8 (h = 1) of m16 tile i is position m = 64 warp + 32 h + 4 g + i: a lane
@@ -696,15 +1007,30 @@ conv_stats_pool_kernel(const Params p) {
         //    loads are 2-way conflicted (results/model_b/NOTES.md). A fragments come from the raw fp32 box
         //    and are split into TF32 hi (and lo) in registers.
         float acc[MT][NT][4];
+        if constexpr (!WGMMA) {  // (the wgmma GEMMs start them)
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+            for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int j = 0; j < NT; ++j)
+                for (int j = 0; j < NT; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        }
 
+#if defined(MODEL_B_WGMMA)
+        if constexpr (WGMMA) {
+            // Warpgroup wg's rows u = 64 wg .. 64 wg + 63 of each phase: 64 words into the relaid box.
+            const uint32_t wg = warp_uniform(static_cast<uint32_t>(warp >> 2));
+            const uint32_t a_low = (((smem_address(quads) & 0x3ffff) >> 4) + 64 * wg) |
+                                   (static_cast<uint32_t>(4 * p.quad_plane_units) << 16);  // LBO: 4 phase planes
+            if constexpr (SPLIT3)
+                gemm_rs_3xtf32(acc, reinterpret_cast<const int4*>(taps), p.ksteps, quads + 4 * (16 * warp + g) + t,
+                               16 * p.quad_plane_units, weight_descriptor_low(weight_frag));
+            else
+                gemm_ss(acc, reinterpret_cast<const int4*>(taps), p.ksteps, a_low, weight_descriptor_low(weight_frag));
+        }
+#endif
         const float* a_base = box + warp * MT * 16 + 4 * g;
-        for (int s = 0; s < p.ksteps; ++s) {
+        for (int s = 0; s < (WGMMA ? 0 : p.ksteps); ++s) {
             const int2 off = taps[s * 4 + t];
             uint32_t b[NT][SPLIT3 ? 4 : 2];
 #pragma unroll
@@ -970,6 +1296,7 @@ struct DeviceLimits {
     int smem_optin = 0;  // most dynamic shared memory one block may opt in to (bytes)
     int major = 0;
     int sms = 0;
+    bool wgmma = false;  // this build runs wgmma on it (built for sm_90a, a compute capability 9.0 GPU)
 };
 
 const DeviceLimits& device_limits(int device) {
@@ -982,6 +1309,11 @@ const DeviceLimits& device_limits(int device) {
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor, device));
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, device));
+        if (limits.major == 9) {  // an sm_90a image loads on 9.0 only; ask the loaded image (wgmma_build_probe)
+            cudaFuncAttributes probe{};
+            C10_CUDA_CHECK(cudaFuncGetAttributes(&probe, wgmma_build_probe));
+            limits.wgmma = probe.maxThreadsPerBlock == 128;
+        }
         it = cache.emplace(device, limits).first;
     }
     return it->second;
@@ -990,14 +1322,17 @@ const DeviceLimits& device_limits(int device) {
 struct Plan {
     Params params{};
     int nt = 4;
+    bool wgmma = false;  // the GEMM on wgmma from the relaid box
     size_t smem_bytes = 0;
     std::string problem;  // empty when v3 applies
 };
 
 // Everything but the pointers, from the sizes; `problem` says why v3 does not apply. The shared-memory
-// check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32.
+// check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32. The GEMM runs
+// on wgmma from the relaid box (plan.wgmma) where allowed, the build has wgmma (sm_90a), the chunks are 32
+// channels, BS % 4 == 0 and its footprint fits; else on mma.sync.
 Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, int64_t kw, int64_t pool, int device,
-               bool split3) {
+               bool split3, bool allow_wgmma = true) {
     Plan plan;
     const DeviceLimits& limits = device_limits(device);
     auto refuse = [&](std::string why) {
@@ -1049,9 +1384,9 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     // else the general pooling through an 8-channel stage.
     const int64_t budget = limits.smem_optin - kStaticSmemReserve;
     const auto smem_for = [&](bool split3_mode, bool x_pooled) {
-        return SmemLayout{nt, split3_mode}.total(static_cast<int>(ksteps), static_cast<int>(c_in),
-                                                 static_cast<int>(pitch), x_pooled,
-                                                 x_pooled ? kRows / static_cast<int>(pool) + 4 : kStageStride);
+        return SmemLayout{nt, split3_mode, false}.total(static_cast<int>(ksteps), static_cast<int>(c_in),
+                                                        static_cast<int>(pitch), 0, x_pooled,
+                                                        x_pooled ? kRows / static_cast<int>(pool) + 4 : kStageStride);
     };
     bool pool_in_registers = (pool == 2 || pool == 4 || pool == 8 || pool == 16) && stride % pool == 0;
     if (pool_in_registers && static_cast<int64_t>(smem_for(true, true)) > budget) pool_in_registers = false;
@@ -1080,17 +1415,35 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     P.bulk_copy = (limits.major >= 9 && whole_rows && w % 4 == 0) ? 1 : 0;  // forward also needs x 16-byte aligned
     plan.nt = nt;
     plan.smem_bytes = smem_for(split3, pool_in_registers);
+
+    // The relaid box: C_in padded to 8 (two quads per k8 slice), four phase planes per quad, each the words
+    // the GEMM reads: u < kRows / 4 plus the last tap's (ky BS + kx + phase) / 4.
+    const int64_t quad_groups = (c_in + 7) / 8 * 2;
+    const int64_t plane_units = kRows / 4 + (kh - 1) * (stride / 4) + (kw + 2) / 4;
+    const int64_t ksteps_ss = kh * kw * (quad_groups / 2);
+    const size_t bytes_ss = SmemLayout{nt, split3, true}.total(
+        static_cast<int>(ksteps_ss), static_cast<int>(c_in), static_cast<int>(pitch),
+        static_cast<int>(16 * quad_groups * plane_units), pool_in_registers, P.stage_stride);
+    if (allow_wgmma && nt == 4 && limits.wgmma && stride % 4 == 0 &&
+        static_cast<int64_t>(bytes_ss) <= budget) {
+        plan.wgmma = true;
+        plan.smem_bytes = bytes_ss;
+        P.ksteps = static_cast<int>(ksteps_ss);
+        P.quad_groups = static_cast<int>(quad_groups);
+        P.quad_plane_units = static_cast<int>(plane_units);
+    }
     return plan;
 }
 
 using KernelFn = void (*)(Params);
 
 // The instantiation for a plan's n-tiles and accuracy mode.
-KernelFn kernel_for(int nt, bool split3) {
-    switch (nt) {
-        case 1: return split3 ? conv_stats_pool_kernel<1, true> : conv_stats_pool_kernel<1, false>;
-        case 2: return split3 ? conv_stats_pool_kernel<2, true> : conv_stats_pool_kernel<2, false>;
-        default: return split3 ? conv_stats_pool_kernel<4, true> : conv_stats_pool_kernel<4, false>;
+KernelFn kernel_for(const Plan& plan, bool split3) {
+    if (plan.wgmma) return split3 ? conv_stats_pool_kernel<4, true, true> : conv_stats_pool_kernel<4, false, true>;
+    switch (plan.nt) {
+        case 1: return split3 ? conv_stats_pool_kernel<1, true, false> : conv_stats_pool_kernel<1, false, false>;
+        case 2: return split3 ? conv_stats_pool_kernel<2, true, false> : conv_stats_pool_kernel<2, false, false>;
+        default: return split3 ? conv_stats_pool_kernel<4, true, false> : conv_stats_pool_kernel<4, false, false>;
     }
 }
 
@@ -1121,7 +1474,7 @@ int resident_ctas(KernelFn kernel, int device, size_t smem) {
 int64_t grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
     const Params& P = plan.params;
     const int64_t units = batch * P.tiles_y * P.tiles_x;
-    const int64_t resident = resident_ctas(kernel_for(plan.nt, split3), device, plan.smem_bytes);
+    const int64_t resident = resident_ctas(kernel_for(plan, split3), device, plan.smem_bytes);
     return std::min(units, std::max<int64_t>(1, resident / P.chunks)) * P.chunks;
 }
 
@@ -1145,7 +1498,7 @@ void check_operand(const char* name, const torch::Tensor& t, const torch::Tensor
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& gamma, const torch::Tensor& beta, const torch::Tensor& scale,
                       int64_t groups, int64_t pool, double clamp_min, double clamp_max, double eps,
-                      bool allow_tf32, torch::Tensor out) {
+                      bool allow_tf32, torch::Tensor out, bool wgmma) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ", c10::toString(x.scalar_type()));
     TORCH_CHECK(x.dim() == 4, "forward: x must be 4-D (N, C_in, H, W), got shape ", str_of(x.sizes()));
@@ -1170,7 +1523,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     const bool split3 = !allow_tf32;
-    Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3);
+    Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3, wgmma);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     Params& P = plan.params;
     TORCH_CHECK(out.dim() == 4 && out.size(0) == N && out.size(1) == c_out && out.size(2) == P.hp &&
@@ -1202,7 +1555,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.step_n = static_cast<int>(unit_stride / tiles_per_sample);
     P.step_ty = static_cast<int>(stride_tile / P.tiles_x);
     P.step_tx = static_cast<int>(stride_tile % P.tiles_x);
-    kernel_for(plan.nt, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
+    kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     affine_clamp_kernel<<<static_cast<unsigned>(N * groups), kFinalThreads, coef_bytes, stream>>>(
         P, bias.data_ptr<float>(), beta.data_ptr<float>(), static_cast<int>(groups), static_cast<float>(eps),
@@ -1213,9 +1566,9 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 
 // The plan's choices, for notebooks and tests.
 std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, int64_t c_in, int64_t c_out, int64_t kh,
-                                          int64_t kw, int64_t pool, bool allow_tf32, int64_t device) {
+                                          int64_t kw, int64_t pool, bool allow_tf32, int64_t device, bool wgmma) {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
-    const Plan plan = make_plan(h, w, c_in, c_out, kh, kw, pool, static_cast<int>(device), !allow_tf32);
+    const Plan plan = make_plan(h, w, c_in, c_out, kh, kw, pool, static_cast<int>(device), !allow_tf32, wgmma);
     TORCH_CHECK(plan.problem.empty(), "plan_info: outside v3's envelope: ", plan.problem);
     const Params& P = plan.params;
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
@@ -1223,7 +1576,8 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
             {"tiles_per_sample", tiles}, {"channel_chunks", P.chunks}, {"n_tiles", plan.nt},
             {"k_steps", P.ksteps}, {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)},
             {"pool_in_registers", P.pool_in_registers}, {"bulk_copy", P.bulk_copy},
-            {"ctas", grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))}, {"gemm_rows_per_cta", kRows}};
+            {"ctas", grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))}, {"gemm_rows_per_cta", kRows},
+            {"wgmma", plan.wgmma ? 1 : 0}};
 }
 
 }  // namespace model_b_v3
@@ -1241,8 +1595,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "out = clamp(maxpool(scale * groupnorm(conv2d(x) + bias))), the conv never in device memory",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("gamma"), py::arg("beta"), py::arg("scale"),
           py::arg("groups"), py::arg("pool"), py::arg("clamp_min"), py::arg("clamp_max"), py::arg("eps"),
-          py::arg("allow_tf32"), py::arg("out"));
+          py::arg("allow_tf32"), py::arg("out"), py::arg("wgmma") = true);
     m.def("plan_info", &model_b_v3::plan_info, "the tiling v3 picks for these sizes", py::arg("h"), py::arg("w"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kh"), py::arg("kw"), py::arg("pool"),
-          py::arg("allow_tf32"), py::arg("device"));
+          py::arg("allow_tf32"), py::arg("device"), py::arg("wgmma") = true);
 }

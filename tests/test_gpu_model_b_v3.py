@@ -164,6 +164,52 @@ def test_plan_info_at_kernelbench_size():
     assert info["tiles_per_sample"] == 32 and info["channel_chunks"] == 2 and info["k_steps"] == 9
     assert info["pool_in_registers"] == 1
     assert info["bulk_copy"] == (torch.cuda.get_device_capability() >= (9, 0))  # TMA bulk copies on sm_90+
+    # An sm_90a build (helpers.target_arch on a 9.0 GPU) runs the GEMM on wgmma in both modes.
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert info["wgmma"] == hopper
+    tf32 = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device())
+    assert tf32["wgmma"] == hopper and tf32["k_steps"] == 9
+    assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device(),
+                               wgmma=False)["wgmma"] == 0
+
+
+@pytest.mark.parametrize("init, shape, offset, on_wgmma", [
+    ([8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (1, 8, 128, 128), 0, 1),     # KernelBench channels, batch 1
+    ([3, 40, 5, 8, (40, 1, 1), 2, -1.0, 1.0], (2, 3, 30, 64), 0, 1),        # C_in 3 padded to 8; a partial chunk
+    ([12, 24, 1, 4, (24, 1, 1), 4, -1.0, 1.0], (3, 12, 21, 100), 0, 1),     # two k8 slices per tap, k 1
+    ([5, 32, 7, 4, (32, 1, 1), 8, -0.5, 0.5], (2, 5, 40, 72), 0, 1),        # k 7, pool 8
+    ([3, 32, 3, 4, (32, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 24), 1, 1),        # misaligned x: cp.async boxes
+    ([3, 24, 3, 4, (24, 1, 1), 4, -1.0, 1.0], (2, 3, 20, 300), 0, 1),       # tiles across the width
+    ([4, 32, 3, 4, (32, 1, 1), 3, -1.0, 1.0], (2, 4, 31, 64), 0, 1),        # pool 3: the general pooling
+    ([17, 48, 3, 6, (48, 1, 1), 4, -1.0, 1.0], (2, 17, 22, 128), 0, 1),     # C_in 17: three slices, 7 padded
+    ([3, 32, 3, 4, (32, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 21), 0, 0),        # BS = 21: mma.sync
+    ([3, 16, 3, 4, (16, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 24), 0, 0),        # 16 channels: mma.sync
+])
+@pytest.mark.parametrize("mode", ["fp32", "tf32"])
+def test_gemm_on_wgmma_and_on_mma_sync(init, shape, offset, on_wgmma, mode):
+    """The two GEMMs (wgmma from the relaid box where the plan allows it, mma.sync) both pass parity in both
+    modes, and agree with each other far below the modes' errors: they multiply the same TF32 operands (hi and
+    lo in the fp32-accurate mode) and differ only in the order of the k sum. The plan takes wgmma where
+    expected on an sm_90a build."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        on_wgmma = 0
+    torch.manual_seed(1)
+    model = B.Model(*init).cuda()
+    tf32 = mode == "tf32"
+    fused = {f"v3 {mode} wgmma": B.ModelNew(*init, allow_tf32=tf32).cuda(),
+             f"v3 {mode} mma.sync": B.ModelNew(*init, allow_tf32=tf32, wgmma=False).cuda()}
+    for module in fused.values():
+        module.load_state_dict(model.state_dict())
+    info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], tf32,
+                               torch.cuda.current_device())
+    assert info["wgmma"] == on_wgmma
+    draw = lambda seed: [_misaligned_rand(shape, offset)]
+    helpers.parity_sweep(model, fused, draw, seeds=(21, 22), shifts=(0.0,) if tf32 else (0.0, 100.0),
+                         tf32=set(fused) if tf32 else ())
+    x = draw(0)[0]
+    with torch.no_grad():
+        first, second = fused[f"v3 {mode} wgmma"](x), fused[f"v3 {mode} mma.sync"](x)
+    assert helpers.errors_vs(second, first)["rel_l2"] < (1e-5 if tf32 else 1e-6)
 
 
 @pytest.mark.parametrize("h, w, c_in, k, pool, in_registers", [
@@ -318,11 +364,12 @@ def _sample_per_special_value(x):
     return x
 
 
-@pytest.mark.parametrize("mode", ["fp32", "tf32"])
-def test_nan_payloads_and_infinities_propagate_in_both_modes(mode):
+@pytest.mark.parametrize("mode, c_out", [("fp32", 4), ("tf32", 4), ("fp32", 32), ("tf32", 32)])
+def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
     """Every NaN payload and infinity in a sample's input makes the sample NaN, as in PyTorch, in both modes
-    (bulk-copy and cp.async boxes); the other samples stay finite and right."""
-    model, fused = _models([2, 4, 3, 2, (4, 1, 1), 2, -1.0, 1.0], modes=(mode,))
+    (bulk-copy and cp.async boxes; 32 channels: the GEMM on wgmma on sm_90a); the other samples stay finite and
+    right."""
+    model, fused = _models([2, c_out, 3, 2, (c_out, 1, 1), 2, -1.0, 1.0], modes=(mode,))
     for width in (12, 13):  # W % 4 == 0: TMA bulk box copies on sm_90; 13: cp.async
         x = _sample_per_special_value(torch.rand(len(NAN_AND_INF_BITS) + 2, 2, 10, width, device="cuda"))
         with torch.no_grad(), helpers.strict_fp32():  # PyTorch with TF32 off: PARITY.md's yardstick
