@@ -28,10 +28,13 @@
 //   m (those whose column is past the tile's last output column are computed and dropped: (kw - 1) of
 //   every BS at the KernelBench size, 1.6 %), K = C_in * kh * kw taps (padded to a multiple of 8 with
 //   zero weights), N = output channels. A row's input address is its index plus a per-tap constant.
-//   Tensor cores: mma.sync m16n8k8 TF32, fp32 accumulation. The fp32-accurate default splits each
-//   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
-//   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"; the dropped lo*lo is
-//   below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
+//   Tensor cores: TF32 products, fp32 accumulation, on Hopper's warpgroup instruction wgmma (m64n32k8) when
+//   built for sm_90a and the plan allows it (32-channel chunks, BS % 4 == 0: the KernelBench size), else on
+//   mma.sync m16n8k8. For wgmma each tile's box is relaid once into channel quads split by phase, which is
+//   wgmma's A operand as it stands (relay_box). The fp32-accurate default splits each operand v = hi + lo into
+//   two TF32 numbers and adds lo*hi + hi*lo, then hi*hi, into a partial sum started from zero (per k-step on
+//   mma.sync, per three k-steps on wgmma), then adds that to the accumulator in fp32 ("3xTF32"; the dropped
+//   lo*lo is below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
 //   Statistics: each warp sums (y - c) and (y - c)^2 of a channel's valid values from registers, without
 //   a barrier, in one pass shifted by c = the CTA's previous tile mean of that channel; where c is more
 //   than a standard deviation from these values (or the sums are not finite), a second pass centres on
@@ -56,9 +59,10 @@
 //   P pool through shared memory 8 channels at a time.
 //   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the per-k-step tap
 //   offsets; two input boxes (C_in x (R + kh - 1) x BS floats; A fragments are split into TF32 hi and lo
-//   in registers), copied by TMA bulk copies (one per channel, sm_90, whole input rows, W % 4 = 0, x
-//   16-byte aligned) or else by cp.async with zeros outside the input; the stage (x-pooled values of all
-//   channels, or 8 raw channels). The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
+//   in registers), or, for wgmma, one input box and its relaid copy (C_in padded to 8); the boxes are copied
+//   by TMA bulk copies (one per channel, sm_90, whole input rows, W % 4 = 0, x 16-byte aligned) or else by
+//   cp.async with zeros outside the input; the stage (x-pooled values of all channels, or 8 raw channels).
+//   The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
 //
 // Shapes and layouts
 //   x       : (N, C_in, H, W) float32, contiguous (NCHW), CUDA
@@ -79,11 +83,14 @@
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_b_v3", cpp_sources="",
 //       cuda_sources=open("model_b_v3_fused_conv_groupnorm_pool.cu").read(),
-//       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+//       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"])
+//   (sm_90a: the wgmma code, runs on an H100 only; for other GPUs of compute capability 8.0 or newer build
+//   for their own arch, e.g. compute_80/sm_80, which uses mma.sync)
 //   ext.unsupported_reason(h, w, batch, c_in, c_out, kh, kw, pool, device) -> "" when v3 applies
 //   ext.forward(x, weight, bias, gamma, beta, scale, groups, pool, clamp_min, clamp_max, eps,
-//               allow_tf32, out) -> out
-//   ext.plan_info(h, w, batch, c_in, c_out, kh, kw, pool, allow_tf32, device) -> the tiling forward uses
+//               allow_tf32, out, wgmma=True) -> out   (wgmma=False keeps mma.sync, for comparison)
+//   ext.plan_info(h, w, batch, c_in, c_out, kh, kw, pool, allow_tf32, device, wgmma=True) -> the tiling
+//       forward uses, and whether its GEMM runs on wgmma
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -516,11 +523,10 @@ __device__ __forceinline__ uint32_t valid_positions(const Params& p, int rows_va
     return valid | static_cast<uint32_t>(count / 4) << 8;  // the 4 lanes of a quad hold the same positions
 }
 
-// Sums of (y - c) and (y - c)^2 over the positions in `valid` (bit 2 i + h) of one channel value (j, e) of
-// the lane, reduced over the warp's 8 rows of lanes (every lane gets the channel's warp sums).
+// Sums of (y - c) and (y - c)^2 over the lane's positions in `valid` (bit 2 i + h) of one channel value (j, e).
 template <int NT>
-__device__ __forceinline__ float2 shifted_sums(const float (&acc)[kMTiles][NT][4], uint32_t valid, int j, int e,
-                                               float c) {
+__device__ __forceinline__ float2 lane_shifted_sums(const float (&acc)[kMTiles][NT][4], uint32_t valid, int j, int e,
+                                                    float c) {
     float d1 = 0.f, d2 = 0.f;
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i)
@@ -531,7 +537,15 @@ __device__ __forceinline__ float2 shifted_sums(const float (&acc)[kMTiles][NT][4
                 d1 += d;
                 d2 = fmaf(d, d, d2);
             }
-    return make_float2(sum_over_rows(d1), sum_over_rows(d2));
+    return make_float2(d1, d2);
+}
+
+// The same sums reduced over the warp's 8 rows of lanes (every lane gets the channel's warp sums).
+template <int NT>
+__device__ __forceinline__ float2 shifted_sums(const float (&acc)[kMTiles][NT][4], uint32_t valid, int j, int e,
+                                               float c) {
+    const float2 lane = lane_shifted_sums(acc, valid, j, e, c);
+    return make_float2(sum_over_rows(lane.x), sum_over_rows(lane.y));
 }
 
 // Step 3 of the kernel for one warp: per channel of the lane (8 j + 2 t + e), the sums of (y - c) and
@@ -597,19 +611,9 @@ __device__ __forceinline__ void warp_statistics_transposed(const float (&acc)[kM
     for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const float c = shift[j * 8 + 2 * t + e];
-            float d1 = 0.f, d2 = 0.f;
-#pragma unroll
-            for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    if (valid >> (2 * i + h) & 1u) {
-                        const float d = acc[i][j][2 * h + e] - c;
-                        d1 += d;
-                        d2 = fmaf(d, d, d2);
-                    }
-            v[2 * (2 * j + e)] = d1;
-            v[2 * (2 * j + e) + 1] = d2;
+            const float2 sums = lane_shifted_sums(acc, valid, j, e, shift[j * 8 + 2 * t + e]);
+            v[2 * (2 * j + e)] = sums.x;
+            v[2 * (2 * j + e) + 1] = sums.y;
         }
     halve_across_lanes<8, 4>(v, g);  // lane bits 2, 3, 4 (g bits 0, 1, 2) select the upper halves
     halve_across_lanes<4, 8>(v, g);
@@ -794,51 +798,76 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[kMTiles][4][4], const int4*
     }
 }
 
-// The fp32-accurate GEMM of a warpgroup: per k-step and phase, the lane's A fragment from the relaid box
-// (`a_lane` = its first element: word 16 warp + g, float t; a1 is 8 words on, a2 and a3 the next quad),
-// split into TF32 hi and lo, and lo*hi + hi*lo + hi*hi into a partial sum started from zero, then one fp32
-// add to the accumulator (accumulating straight into it measured 10 % over PARITY.md's fp32 limit at K = 300
-// on mma.sync). Weights per k-step: the hi chunk, then the lo chunk.
+// The fp32-accurate GEMM of a warpgroup, for one phase and a group of STEPS k-steps: the lane's A fragments
+// from the relaid box (`a_lane` = its first element: word 16 warp + g, float t; a1 is 8 words on, a2 and a3
+// the next quad), split into TF32 hi and lo, and the products lo*hi and hi*lo of the group's k-steps, then
+// their hi*hi (small terms first), into a partial sum started from zero, then one fp32 add to the
+// accumulator: accumulating all k-steps straight into it measured 10 % over PARITY.md's fp32 limit at K = 300
+// on mma.sync, since the tensor core truncates what it adds to a large running sum. Weights per k-step: the
+// hi chunk, then the lo chunk. Each partial sum is waited for before its add (no wait across a branch: C7520).
+template <int STEPS>
+__device__ __forceinline__ void phase_products_3xtf32(float (&acc)[4][4], const float* a_lane, const int4* taps,
+                                                      int phase, int quad_floats, uint32_t b_hi0) {
+    constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;  // one chunk (hi or lo), in 16-byte units
+    uint32_t hi[STEPS][4], lo[STEPS][4];
+#pragma unroll
+    for (int k = 0; k < STEPS; ++k) {
+        const float* a = a_lane + 4 * reinterpret_cast<const int*>(taps + k)[phase];
+        const float x[4] = {a[0], a[32], a[quad_floats], a[quad_floats + 32]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            hi[k][e] = __float_as_uint(tf32_hi(x[e]));
+            lo[k][e] = __float_as_uint(x[e] - __uint_as_float(hi[k][e]));
+        }
+    }
+    float part[4][4];
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < STEPS; ++k) {
+        const uint32_t b_hi = b_hi0 + 2 * k * kChunkUnits, b_lo = b_hi + kChunkUnits;
+        if (k == 0) wgmma_tf32_rs<false>(part, lo[k], b_hi);
+        else wgmma_tf32_rs<true>(part, lo[k], b_hi);
+        wgmma_tf32_rs<true>(part, hi[k], b_lo);
+    }
+#pragma unroll
+    for (int k = 0; k < STEPS; ++k) wgmma_tf32_rs<true>(part, hi[k], b_hi0 + 2 * k * kChunkUnits);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += part[j][e];
+}
+
+template <int STEPS>
+__device__ __forceinline__ void step_group_3xtf32(float (&acc)[kMTiles][4][4], const int4* taps, const float* a_lane,
+                                                  int quad_floats, uint32_t b_hi0) {
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) phase_products_3xtf32<STEPS>(acc[i], a_lane, taps, i, quad_floats, b_hi0);
+}
+
+// k-steps per partial sum (STEPS above): each partial sum costs a wait. Measured on an H100 (KernelBench size,
+// results/model_b/NOTES.md): 1, 2, 3, 4 took 0.373, 0.350, 0.339, 0.344 ms (4 spills), and the errors against
+// float64 stayed within PARITY.md's fp32 limits with the same margins (a third of the limit at most, over 9
+// configurations x 3 seeds x {+0, +100}; at K = 300 they are smaller than with one k-step per partial sum).
+constexpr int kStepsPerPartial = 3;
+
 __device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], const int4* taps, int ksteps,
                                                const float* a_lane, int quad_floats, uint32_t b_low) {
-    constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;  // one chunk (hi or lo), in 16-byte units
+    constexpr uint32_t kStepUnits = 2 * 8 * 32 * sizeof(float) >> 4;  // a k-step's hi and lo chunks
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-    for (int s = 0; s < ksteps; ++s) {
-        const int4 off = taps[s];
-        const int words[kMTiles] = {off.x, off.y, off.z, off.w};
-        float x[kMTiles][4];
-#pragma unroll
-        for (int i = 0; i < kMTiles; ++i) {
-            const float* a = a_lane + 4 * words[i];
-            x[i][0] = a[0]; x[i][1] = a[32]; x[i][2] = a[quad_floats]; x[i][3] = a[quad_floats + 32];
-        }
-        const uint32_t b_hi = b_low + 2 * s * kChunkUnits, b_lo = b_hi + kChunkUnits;
-#pragma unroll
-        for (int i = 0; i < kMTiles; ++i) {
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                hi[e] = __float_as_uint(tf32_hi(x[i][e]));
-                lo[e] = __float_as_uint(x[i][e] - __uint_as_float(hi[e]));
-            }
-            float part[4][4];
-            wgmma_fence();
-            wgmma_tf32_rs<false>(part, lo, b_hi);
-            wgmma_tf32_rs<true>(part, hi, b_lo);
-            wgmma_tf32_rs<true>(part, hi, b_hi);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
-        }
-    }
+    int s = 0;
+    for (; s + kStepsPerPartial <= ksteps; s += kStepsPerPartial)
+        step_group_3xtf32<kStepsPerPartial>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    const int left = ksteps - s;  // the last, partial group
+    if (kStepsPerPartial > 3 && left == 3) step_group_3xtf32<3>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    if (kStepsPerPartial > 2 && left == 2) step_group_3xtf32<2>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    if (left == 1) step_group_3xtf32<1>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
 }
 #endif
 
@@ -963,6 +992,8 @@ conv_stats_pool_kernel(const Params p) {
     // The positions that count in a full tile (all R x TX positions inside the conv output), once per CTA.
     const uint32_t full_tile_valid = valid_positions(p, p.tile_rows, p.tile_cols, warp, g);
 
+    // The loop step recomputes advance(p, pos) rather than carry `next` (a loop-carried `next` cost 4-byte
+    // spills in three instantiations).
     for (int iter = 0; pos.n < static_cast<unsigned>(p.batch); ++iter, pos = advance(p, pos)) {
         const int64_t n = pos.n;
         const int ty = pos.ty, tx = pos.tx, tile = ty * p.tiles_x + tx;
