@@ -256,6 +256,27 @@ class ParityError(AssertionError):
 _NORM_TYPES = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm)
 
 
+# NaN and infinity bit patterns for tests that special values propagate as PyTorch's do: PyTorch's
+# float("nan") (0x7fc00000), the NaN CUDA's arithmetic produces (0 / 0: 0x7fffffff), all bits set, the smallest
+# payload, then +inf and -inf. Rounding to TF32 by an integer add of 2^12 carried the second and third into the
+# sign bit (kernels/README.md), which float("nan") alone does not catch.
+NAN_AND_INF_BITS = (0x7FC00000, 0x7FFFFFFF, -1, 0x7F800001, 0x7F800000, -0x800000)
+
+
+def one_special_value_per_sample(x: torch.Tensor) -> torch.Tensor:
+    """A copy of float32 ``x`` (N, C, ...) where sample n < len(NAN_AND_INF_BITS) holds the n-th bit pattern of
+    ``NAN_AND_INF_BITS`` at channel 0 and inner position min(3, size - 1) along each spatial dimension (an
+    element inside every receptive field's reach); the samples after those keep their finite values."""
+    if x.dtype != torch.float32 or x.dim() < 3 or x.shape[0] <= len(NAN_AND_INF_BITS):
+        raise ValueError(f"one_special_value_per_sample: x must be float32 (N, C, ...) with N > "
+                         f"{len(NAN_AND_INF_BITS)}, got {x.dtype} of shape {tuple(x.shape)}")
+    x = x.clone()
+    bits = x.view(torch.int32)
+    for n, value in enumerate(NAN_AND_INF_BITS):
+        bits[(n, 0) + tuple(min(3, s - 1) for s in x.shape[2:])] = value
+    return x
+
+
 @torch.no_grad()
 def randomize_parameters(model: torch.nn.Module, seed: int) -> None:
     """Fresh weights in place: default init for layers, N(0, 1) for scales, with zeros and negatives.

@@ -211,3 +211,19 @@ def test_model_a_flat_rows_conv_matches_conv3d(seed):
     x = torch.randn(2, c_in, *size, dtype=torch.float64, generator=g)
     w = torch.randn(c_out, c_in, k, k, k, dtype=torch.float64, generator=g)
     torch.testing.assert_close(A.flat_rows_conv_reference(x, w), F.conv3d(x, w), rtol=1e-12, atol=1e-12)
+
+
+def test_one_special_value_per_sample_writes_each_pattern_once():
+    """helpers.one_special_value_per_sample (the GPU NaN tests' input): sample n holds the n-th NaN or infinity
+    bit pattern at one element, the later samples and the input itself are untouched."""
+    x = torch.rand(8, 2, 5, 6)
+    y = helpers.one_special_value_per_sample(x)
+    special = len(helpers.NAN_AND_INF_BITS)
+    assert torch.isfinite(x).all() and torch.isfinite(y[special:]).all()
+    for n, bits in enumerate(helpers.NAN_AND_INF_BITS):
+        changed = (y[n].view(torch.int32) != x[n].view(torch.int32)).nonzero().tolist()
+        assert changed == [[0, 3, 3]]
+        assert y[n, 0, 3, 3].view(torch.int32).item() == bits
+    assert torch.isnan(y[:4]).sum() == 4 and torch.isinf(y[4:special]).sum() == 2
+    with pytest.raises(ValueError, match="N > 6"):
+        helpers.one_special_value_per_sample(torch.rand(6, 2, 5, 6))

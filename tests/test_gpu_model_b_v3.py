@@ -348,22 +348,6 @@ def test_statistics_shift_far_from_the_next_tile():
     torch.testing.assert_close(got[others], expected[others], atol=1e-3, rtol=1e-3)
 
 
-# NaN bit patterns: PyTorch's float("nan"), the NaN CUDA's arithmetic produces (0 / 0), all bits set, and the
-# smallest payload. Rounding an operand to TF32 by an integer add of 2^12 carried the second and third into the
-# sign bit (-0, a finite output where PyTorch's is NaN); infinities must make their sample NaN as PyTorch does.
-NAN_AND_INF_BITS = (0x7FC00000, 0x7FFFFFFF, -1, 0x7F800001, 0x7F800000, -0x800000)  # last two: +inf, -inf
-
-
-def _sample_per_special_value(x):
-    """x with one special value (NAN_AND_INF_BITS, in order) at a fixed inner position of samples 0.. of x;
-    the samples after those stay finite."""
-    x = x.clone()
-    bits = x.view(torch.int32)
-    for n, value in enumerate(NAN_AND_INF_BITS):
-        bits[(n, 0) + tuple(min(3, s - 1) for s in x.shape[2:])] = value
-    return x
-
-
 @pytest.mark.parametrize("mode, c_out", [("fp32", 4), ("tf32", 4), ("fp32", 32), ("tf32", 32)])
 def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
     """Every NaN payload and infinity in a sample's input makes the sample NaN, as in PyTorch, in both modes
@@ -371,11 +355,12 @@ def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
     right."""
     model, fused = _models([2, c_out, 3, 2, (c_out, 1, 1), 2, -1.0, 1.0], modes=(mode,))
     for width in (12, 13):  # W % 4 == 0: TMA bulk box copies on sm_90; 13: cp.async
-        x = _sample_per_special_value(torch.rand(len(NAN_AND_INF_BITS) + 2, 2, 10, width, device="cuda"))
+        x = torch.rand(len(helpers.NAN_AND_INF_BITS) + 2, 2, 10, width, device="cuda")
+        x = helpers.one_special_value_per_sample(x)
         with torch.no_grad(), helpers.strict_fp32():  # PyTorch with TF32 off: PARITY.md's yardstick
             expected, got = model(x), fused[f"v3 {mode}"](x)
         assert fused[f"v3 {mode}"].path(x) == "v3"
-        special = len(NAN_AND_INF_BITS)
+        special = len(helpers.NAN_AND_INF_BITS)
         assert torch.isnan(expected[:special]).all() and torch.isnan(got[:special]).all(), (
             [bool(torch.isnan(got[n]).all()) for n in range(special)])
         assert not torch.isnan(got[special:]).any()
