@@ -13,9 +13,9 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
   ``allow_tf32=True``), reduces each tile to per-channel statistics and to its sign-selected
   pooled values, and writes only those; a second, small launch merges the statistics per group
   and applies the affine map and the clamp in place. The conv output never reaches device memory.
-  In the TF32 mode on an H100 (an sm_90a build) with C_out > 16, the GEMM runs on ``wgmma`` with
-  the input read from shared memory (``wgmma=True``, the default; False keeps the
-  ``mma.sync`` GEMM, for comparison).
+  On an H100 (an sm_90a build) with C_out > 16, the GEMM runs on ``wgmma`` from a copy of each
+  tile's input relaid once in shared memory, in both modes (``wgmma=True``, the default; False
+  keeps the ``mma.sync`` GEMM, for comparison).
 * ``variant="v2"``: PyTorch's (cuDNN) Conv2d, without its bias, then
   ``kernels/model_b_v1_v2_groupnorm_pool.cu``: one pass for the GroupNorm statistics (the bias
   added on the fly), one pass that pools first -- a max-pool where gamma * scale >= 0, a min-pool
@@ -195,9 +195,9 @@ class ModelNew(nn.Module):
     False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1/v2 run
     cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv.
     ``variant``: "v1", "v2" or "v3" (default).
-    ``wgmma`` (keyword, default True): v3's TF32 mode reads A from shared memory on ``wgmma``
-    where the plan allows it (sm_90a build, C_out > 16, box row stride a multiple of 4); False keeps
-    the ``mma.sync`` GEMM. It has no effect on the fp32-accurate mode.
+    ``wgmma`` (keyword, default True): v3 runs its GEMM on ``wgmma`` where the plan allows it
+    (sm_90a build, C_out > 16, box row stride a multiple of 4), in both modes; False keeps the
+    ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to rounding.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,
