@@ -277,6 +277,27 @@ def one_special_value_per_sample(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+
+def check_special_values(model: torch.nn.Module, fused: torch.nn.Module, x: torch.Tensor, *, tf32: bool) -> None:
+    """Raise ParityError unless ``fused`` handles ``x`` (from ``one_special_value_per_sample``) as ``model`` does
+    with TF32 off (PARITY.md's yardstick): the samples holding a NaN or infinity come out entirely NaN in both,
+    and the other samples are finite and match to 1e-4 (fp32-accurate) or KernelBench's 1e-2 (``tf32``)."""
+    special = len(NAN_AND_INF_BITS)
+    with torch.no_grad(), strict_fp32():
+        expected, got = model(x), fused(x)
+    if not torch.isnan(expected[:special]).all():
+        raise ParityError("check_special_values: the reference does not turn every special sample into NaN")
+    if not torch.isnan(got[:special]).all():
+        raise ParityError("check_special_values: samples not entirely NaN: "
+                          f"{[n for n in range(special) if not torch.isnan(got[n]).all()]}")
+    if torch.isnan(got[special:]).any():
+        raise ParityError("check_special_values: NaN in a sample without special values")
+    tol = 1e-2 if tf32 else 1e-4
+    try:
+        torch.testing.assert_close(got[special:], expected[special:], atol=tol, rtol=tol)
+    except AssertionError as error:
+        raise ParityError(f"check_special_values: the finite samples differ: {error}") from None
+
 @torch.no_grad()
 def randomize_parameters(model: torch.nn.Module, seed: int) -> None:
     """Fresh weights in place: default init for layers, N(0, 1) for scales, with zeros and negatives.

@@ -227,3 +227,20 @@ def test_one_special_value_per_sample_writes_each_pattern_once():
     assert torch.isnan(y[:4]).sum() == 4 and torch.isinf(y[4:special]).sum() == 2
     with pytest.raises(ValueError, match="N > 6"):
         helpers.one_special_value_per_sample(torch.rand(6, 2, 5, 6))
+
+
+def test_check_special_values_fails_when_a_special_value_is_lost():
+    """helpers.check_special_values passes a module that spreads NaN through the sample as the reference does, and
+    fails one that drops it."""
+    class Normalise(torch.nn.Module):  # like InstanceNorm: a NaN or inf makes the whole sample NaN
+        def forward(self, x):
+            return (x - x.mean(dim=(1, 2, 3), keepdim=True)) / x.std(dim=(1, 2, 3), keepdim=True)
+
+    class DropsNaN(Normalise):
+        def forward(self, x):
+            return super().forward(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+
+    x = helpers.one_special_value_per_sample(torch.rand(8, 2, 5, 6))
+    helpers.check_special_values(Normalise(), Normalise(), x, tf32=False)
+    with pytest.raises(helpers.ParityError, match="not entirely NaN"):
+        helpers.check_special_values(Normalise(), DropsNaN(), x, tf32=False)
