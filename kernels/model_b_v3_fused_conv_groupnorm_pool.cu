@@ -662,7 +662,9 @@ __device__ __forceinline__ void pool_x_to_stage(const float (&acc)[kMTiles][NT][
 }
 
 // Pooling along y from the stage of x-pooled values, and the store (step 4c): warp w finishes channels
-// w, w + 8, ... of the chunk, its lanes consecutive windows of a pooled row.
+// w, w + 8, ... of the chunk, its lanes consecutive windows of a pooled row. The channel loop is innermost and
+// unrolled by 4, so a lane has the loads of 4 channels in flight (with the channels outermost, the loop
+// control cost 3x the loads, pools and stores; ncu).
 template <int P>
 __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* stage, int nch,
                                                  int co0, int64_t n, int py0, int px0, int npy, int npx, int warp,
@@ -672,20 +674,23 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
     const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
     float* out_c = p.out + ((n * p.c_out + co0 + warp) * p.hp + py0) * p.wp + px0;
     const float* plane = stage + warp * p.stage_stride;
-    for (int cl = warp; cl < channels; cl += kWarps, out_c += kWarps * out_plane, plane += kWarps * p.stage_stride) {
-        // Usually one pass of each inner loop (a tile's pooled rows and columns fit the warp): not unrolled,
-        // so no remainder code.
+    // Usually one pass of the row and column loops (a tile's pooled rows and columns fit the warp).
 #pragma unroll 1
-        for (int ly = 0; ly < npy; ++ly)
+    for (int ly = 0; ly < npy; ++ly)
 #pragma unroll 1
-            for (int lx = lane; lx < npx; lx += 32) {
-                const float* column = plane + ly * P * xs + lx;
+        for (int lx = lane; lx < npx; lx += 32) {
+            const float* column = plane + ly * P * xs + lx;
+            float* o = out_c + ly * p.wp + lx;
+#pragma unroll 4
+            for (int cl = warp; cl < channels; cl += kWarps) {
                 float q = column[0];
 #pragma unroll
                 for (int dy = 1; dy < P; ++dy) q = pool_fold(q, column[dy * xs]);
-                out_c[ly * p.wp + lx] = q;
+                *o = q;
+                column += kWarps * p.stage_stride;
+                o += kWarps * out_plane;
             }
-    }
+        }
 }
 
 // The GEMM on wgmma (wgmma plans: sm_90a, 32-channel chunks, BS % 4 == 0; both accuracy modes).
@@ -705,29 +710,37 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
 // three products of a k-step go to a partial sum as on mma.sync. Either way the products are those of the
 // mma.sync path, but the k sum runs tap-major, so the outputs differ in the last bits.
 //
-// Relays the box rows this tile reads (channels past C_in stay zero: the buffer is zeroed once).
+// Relays the box rows this tile reads (channels past C_in stay zero: the buffer is zeroed once). An item is one
+// channel quad's 4 positions at flat word f = r * BS / 4 + u of the box (BS = 4 units): the quad's word f in each
+// channel is at raw + ci * pitch + 4 f, and its four phases land at quads[4 quad plane + v plane + f]. The items
+// are walked as (quad, f) with f advanced by kThreads and carried into quad: no division per item (with two
+// per item the relay was 18 % of the TF32 kernel's warp-instructions, ncu).
 template <bool ROUND>
 __device__ __forceinline__ void relay_box(const Params& p, const float* raw, float* quads) {
     const auto value = [](float v) { return ROUND ? tf32_round(v) : v; };
-    const int units = p.box_stride / 4;  // 16-byte words per box row and phase
-    const int rows = p.tile_rows + p.kh - 1;
+    const int words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);  // 16-byte words per channel the tile reads
     const int used_quads = (p.c_in + 3) / 4;
-    const int items = used_quads * rows * units;
-    for (int e = threadIdx.x; e < items; e += kThreads) {
-        const int row_item = e / units, u = e - row_item * units;
-        const int quad = row_item / rows, r = row_item - quad * rows;
+    const int plane = p.quad_plane_units;
+    const int quad_step = kThreads / words, word_step = kThreads - quad_step * words;
+    int quad = threadIdx.x / words, f = threadIdx.x - quad * words;
+    while (quad < used_quads) {
+        const float* src = raw + 4 * quad * p.box_pitch + 4 * f;
         float4 c[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const int ci = 4 * quad + k;
-            c[k] = ci < p.c_in ? *reinterpret_cast<const float4*>(raw + ci * p.box_pitch + r * p.box_stride + 4 * u)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * p.quad_plane_units + r * units + u);
+        for (int k = 0; k < 4; ++k)
+            c[k] = 4 * quad + k < p.c_in ? *reinterpret_cast<const float4*>(src + k * p.box_pitch)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * plane + f);
         dst[0] = make_float4(value(c[0].x), value(c[1].x), value(c[2].x), value(c[3].x));
-        dst[p.quad_plane_units] = make_float4(value(c[0].y), value(c[1].y), value(c[2].y), value(c[3].y));
-        dst[2 * p.quad_plane_units] = make_float4(value(c[0].z), value(c[1].z), value(c[2].z), value(c[3].z));
-        dst[3 * p.quad_plane_units] = make_float4(value(c[0].w), value(c[1].w), value(c[2].w), value(c[3].w));
+        dst[plane] = make_float4(value(c[0].y), value(c[1].y), value(c[2].y), value(c[3].y));
+        dst[2 * plane] = make_float4(value(c[0].z), value(c[1].z), value(c[2].z), value(c[3].z));
+        dst[3 * plane] = make_float4(value(c[0].w), value(c[1].w), value(c[2].w), value(c[3].w));
+        f += word_step;
+        quad += quad_step;
+        if (f >= words) {
+            f -= words;
+            ++quad;
+        }
     }
 }
 
