@@ -205,10 +205,15 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) { 
         "}\n" ::"r"(smem_address(bar)), "r"(parity) : "memory");
 #endif
 }
+// The input is read once (and its overlap rows soon after): its lines are marked evict-first in L2, so that the
+// pooled values kernel 1 writes tend to stay there for kernel 2.
 __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(smem_address(bar)) : "memory");
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+        ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy) : "memory");
 #endif
 }
 __device__ __forceinline__ void fence_proxy_async() {  // generic-proxy writes before async-proxy ones
@@ -1235,6 +1240,7 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
 
 // grid.x = N * G: block (n, g) merges the (tile, channel) statistics of its group in float64 and
 // finishes the group's pooled values in place. Dynamic shared memory: float4 per channel of the group.
+// Samples run last to first: kernel 1 wrote the last ones last, so they are the likeliest still in L2.
 // The merge is Chan et al.'s, in two block sums instead of a pairwise tree: the group mean
 // mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
 // the two per thread at the end.
@@ -1244,7 +1250,7 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale
     __shared__ double scratch[2][kFinalThreads / 32];
     const int tid = threadIdx.x;
-    const int64_t n = blockIdx.x / groups;
+    const int64_t n = p.batch - 1 - static_cast<int64_t>(blockIdx.x / groups);
     const int grp = static_cast<int>(blockIdx.x % groups);
     const int cpg = p.c_out / groups;
     const int tiles = p.tiles_y * p.tiles_x;
