@@ -196,8 +196,9 @@ class ModelNew(nn.Module):
     cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv.
     ``variant``: "v1", "v2" or "v3" (default).
     ``wgmma`` (keyword, default True): v3 runs its GEMM on ``wgmma`` where the plan allows it
-    (sm_90a build, C_out > 16, box row stride a multiple of 4), in both modes; False keeps the
-    ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to rounding.
+    (sm_90a build, C_out > 16, box row stride a multiple of 4, at most 128 k-steps), in both modes;
+    False keeps the ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to
+    rounding.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,

@@ -29,12 +29,13 @@
 //   every BS at the KernelBench size, 1.6 %), K = C_in * kh * kw taps (padded to a multiple of 8 with
 //   zero weights), N = output channels. A row's input address is its index plus a per-tap constant.
 //   Tensor cores: TF32 products, fp32 accumulation, on Hopper's warpgroup instruction wgmma (m64n32k8) when
-//   built for sm_90a and the plan allows it (32-channel chunks, BS % 4 == 0: the KernelBench size), else on
-//   mma.sync m16n8k8. For wgmma each tile's box is relaid once into channel quads split by phase, which is
-//   wgmma's A operand as it stands (relay_box). The fp32-accurate default splits each operand v = hi + lo into
-//   two TF32 numbers and adds lo*hi + hi*lo, then hi*hi, into a partial sum started from zero (per k-step on
-//   mma.sync, per three k-steps on wgmma), then adds that to the accumulator in fp32 ("3xTF32"; the dropped
-//   lo*lo is below fp32's rounding); the TF32 mode (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
+//   built for sm_90a and the plan allows it (32-channel chunks, BS % 4 == 0, at most 128 k-steps with C_in
+//   padded to 8: the KernelBench size), else on mma.sync m16n8k8. For wgmma each tile's box is relaid once
+//   into channel quads split by phase, which is wgmma's A operand as it stands (relay_box). The fp32-accurate
+//   default splits each operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo, then hi*hi, into a
+//   partial sum started from zero (per k-step on mma.sync, per three k-steps on wgmma), then adds that to the
+//   accumulator in fp32 ("3xTF32"; the dropped lo*lo is below fp32's rounding); the TF32 mode (allow_tf32)
+//   does hi*hi only, like cuDNN with allow_tf32.
 //   Statistics: each warp sums (y - c) and (y - c)^2 of a channel's valid values from registers, without
 //   a barrier, in one pass shifted by c = the CTA's previous tile mean of that channel; where c is more
 //   than a standard deviation from these values (or the sums are not finite), a second pass centres on
@@ -58,10 +59,11 @@
 //   for P = 8, 16), then along y through shared memory, all channels behind one barrier per tile; other
 //   P pool through shared memory 8 channels at a time.
 //   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the per-k-step tap
-//   offsets; two input boxes (C_in x (R + kh - 1) x BS floats; A fragments are split into TF32 hi and lo
-//   in registers), or, for wgmma, one input box and its relaid copy (C_in padded to 8); the boxes are copied
-//   by TMA bulk copies (one per channel, sm_90, whole input rows, W % 4 = 0, x 16-byte aligned) or else by
-//   cp.async with zeros outside the input; the stage (x-pooled values of all channels, or 8 raw channels).
+//   offsets (for wgmma, they are kernel parameters instead: Params::wgmma_taps); two input boxes (C_in x
+//   (R + kh - 1) x BS floats; A fragments are split into TF32 hi and lo in registers), or, for wgmma, one
+//   input box and its relaid copy (C_in padded to 8); the boxes are copied by TMA bulk copies (one per
+//   channel, sm_90, whole input rows, W % 4 = 0, x 16-byte aligned) or else by cp.async with zeros outside
+//   the input; the stage (x-pooled values of all channels, or 8 raw channels).
 //   The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
 //
 // Shapes and layouts
@@ -115,6 +117,7 @@ constexpr int kMaxKernel = 7;
 constexpr int kMaxPool = 16;
 constexpr int kStaticSmemReserve = 5120;              // static shared memory (< 4.5 KB) comes off the opt-in limit
 constexpr int kFinalThreads = 256;
+constexpr int kMaxWgmmaSteps = 128;                   // k-steps of a wgmma plan (their tap offsets are parameters)
 
 struct Params {
     const float* x;
@@ -145,6 +148,11 @@ struct Params {
     // [quad][phase 0..3][quad_plane_units 16-byte words], quad_groups quads (C_in padded to 8).
     int quad_groups;
     int quad_plane_units;
+    // Per k-step s = (tap (ky, kx), channels 8 q .. 8 q + 7), q fastest, and phase v: the offset of A's first word
+    // in the relaid box (16-byte units): channel quad 2 q, phase (v + kx) % 4, word ky BS / 4 + (v + kx) / 4. In the
+    // (grid-constant) parameters, the warps load them as uniform values: from shared memory they cost a shuffle each
+    // to reach the uniform registers that wgmma's descriptors come from.
+    int4 wgmma_taps[kMaxWgmmaSteps];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +223,25 @@ __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
         ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy) : "memory");
 #endif
+}
+// The pooled values kernel 1 writes are read again by kernel 2: their lines are marked evict-last in L2;
+// kernel 2's final stores mark theirs evict-first.
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ void store_with_policy(float* dst, float v, uint64_t policy) {
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(dst), "f"(v), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void store_with_policy(float4* dst, float4 v, uint64_t policy) {
+    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w), "l"(policy) : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() {  // generic-proxy writes before async-proxy ones
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -346,7 +373,7 @@ __device__ __forceinline__ float sum_over_rows(float v) {
 
 // Shared-memory layout of the main kernel (dynamic part), in this order, each part 16-byte aligned. For the
 // GEMM on wgmma (relaid), the weights are the k8 chunks of wgmma's core matrices (the same bytes as the
-// mma.sync fragments), the tap table holds one int4 per k-step, and the boxes are one raw box (the copies
+// mma.sync fragments), there is no tap table (Params::wgmma_taps), and the boxes are one raw box (the copies
 // land there) and the relaid box of channel quads the GEMM reads (`quad_floats`).
 struct SmemLayout {
     int nt;       // n8 tiles
@@ -356,7 +383,7 @@ struct SmemLayout {
         return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const {
-        return static_cast<size_t>(ksteps) * (relaid ? sizeof(int4) : 4 * sizeof(int2));
+        return relaid ? 0 : static_cast<size_t>(ksteps) * 4 * sizeof(int2);
     }
     // Two input boxes (this unit's and the next), or the raw box and the relaid one.
     __host__ __device__ size_t box_bytes(int c_in, int pitch, int quad_floats) const {
@@ -679,6 +706,7 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
     const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
     float* out_c = p.out + ((n * p.c_out + co0 + warp) * p.hp + py0) * p.wp + px0;
     const float* plane = stage + warp * p.stage_stride;
+    const uint64_t keep = l2_policy_evict_last();
     // Usually one pass of the row and column loops (a tile's pooled rows and columns fit the warp).
 #pragma unroll 1
     for (int ly = 0; ly < npy; ++ly)
@@ -691,7 +719,7 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
                 float q = column[0];
 #pragma unroll
                 for (int dy = 1; dy < P; ++dy) q = pool_fold(q, column[dy * xs]);
-                *o = q;
+                store_with_policy(o, q, keep);
                 column += kWarps * p.stage_stride;
                 o += kWarps * out_plane;
             }
@@ -751,9 +779,10 @@ __device__ __forceinline__ void relay_box(const Params& p, const float* raw, flo
 
 #if defined(MODEL_B_WGMMA)
 // N k-steps of the warpgroup's GEMM, all products issued, then one wait (a runtime loop between a wgmma and
-// its wait would make ptxas serialize them all, C7520). taps[s] holds the A descriptor offsets of k-step s
-// for the four phases; the weights of k-step s are the k8 chunk after those of s - 1. FRESH: the first
-// k-step starts the accumulators.
+// its wait would make ptxas serialize them all, C7520). taps[s] (Params::wgmma_taps, in the grid-constant
+// parameters: uniform loads straight into the descriptors' uniform registers) holds the A descriptor offsets
+// of k-step s for the four phases; the weights of k-step s are the k8 chunk after those of s - 1. FRESH: the
+// first k-step starts the accumulators.
 template <int N, bool FRESH>
 __device__ __forceinline__ void gemm_batch_ss(float (&acc)[kMTiles][4][4], const int4* taps, uint32_t a_low,
                                               uint32_t b_low) {
@@ -762,10 +791,10 @@ __device__ __forceinline__ void gemm_batch_ss(float (&acc)[kMTiles][4][4], const
 #pragma unroll
     for (int e = 0; e < N; ++e) {
         const int4 off = taps[e];
-        a[e][0] = a_low + warp_uniform(static_cast<uint32_t>(off.x));
-        a[e][1] = a_low + warp_uniform(static_cast<uint32_t>(off.y));
-        a[e][2] = a_low + warp_uniform(static_cast<uint32_t>(off.z));
-        a[e][3] = a_low + warp_uniform(static_cast<uint32_t>(off.w));
+        a[e][0] = a_low + static_cast<uint32_t>(off.x);
+        a[e][1] = a_low + static_cast<uint32_t>(off.y);
+        a[e][2] = a_low + static_cast<uint32_t>(off.z);
+        a[e][3] = a_low + static_cast<uint32_t>(off.w);
     }
     wgmma_fence();
 #pragma unroll
@@ -896,7 +925,7 @@ __device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], cons
 // starts once this tile's box is relaid.
 template <int NT, bool SPLIT3, bool WGMMA>
 __global__ void __launch_bounds__(kThreads, 2)
-conv_stats_pool_kernel(const Params p) {
+conv_stats_pool_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #if !defined(MODEL_B_WGMMA)
     if constexpr (WGMMA) __trap();  // built without sm_90a's wgmma: the host never launches it (make_plan)
@@ -970,13 +999,6 @@ conv_stats_pool_kernel(const Params p) {
             } else {
                 weight_frag[s * 256 + at] = tf32_value(w);
             }
-        }
-        for (int s = tid; s < p.ksteps; s += kThreads) {
-            const int tap = s / quads8, q = s - tap * quads8, ky = tap / p.kw, kx = tap - ky * p.kw;
-            int off[4];
-            for (int v = 0; v < 4; ++v)
-                off[v] = (8 * q + (v + kx) % 4) * p.quad_plane_units + ky * (p.box_stride / 4) + (v + kx) / 4;
-            reinterpret_cast<int4*>(taps)[s] = make_int4(off[0], off[1], off[2], off[3]);
         }
     }
     for (int i = tid; i < (WGMMA ? 0 : p.ksteps * NT * 32); i += kThreads) {
@@ -1072,10 +1094,10 @@ conv_stats_pool_kernel(const Params p) {
             const uint32_t a_low = (((smem_address(quads) & 0x3ffff) >> 4) + 64 * wg) |
                                    (static_cast<uint32_t>(4 * p.quad_plane_units) << 16);  // LBO: 4 phase planes
             if constexpr (SPLIT3)
-                gemm_rs_3xtf32(acc, reinterpret_cast<const int4*>(taps), p.ksteps, quads + 4 * (16 * warp + g) + t,
+                gemm_rs_3xtf32(acc, p.wgmma_taps, p.ksteps, quads + 4 * (16 * warp + g) + t,
                                16 * p.quad_plane_units, weight_descriptor_low(weight_frag));
             else
-                gemm_ss(acc, reinterpret_cast<const int4*>(taps), p.ksteps, a_low, weight_descriptor_low(weight_frag));
+                gemm_ss(acc, p.wgmma_taps, p.ksteps, a_low, weight_descriptor_low(weight_frag));
         }
 #endif
         const float* a_base = box + warp * MT * 16 + 4 * g;
@@ -1212,7 +1234,8 @@ conv_stats_pool_kernel(const Params p) {
                 for (int ly = 0; ly < npy; ++ly)
                     for (int lx = lane; lx < npx; lx += 32) {
                         const float* win = plane + ly * p.pool * p.box_stride + lx * p.pool;
-                        out_c[ly * p.wp + lx] = pool_window(win, p.pool, p.box_stride, vec);
+                        store_with_policy(out_c + ly * p.wp + lx, pool_window(win, p.pool, p.box_stride, vec),
+                                          l2_policy_evict_last());
                     }
             }
             __syncthreads();
@@ -1319,7 +1342,7 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
                 if (v < body[u]) {
                     q[u].x = finish(u, q[u].x); q[u].y = finish(u, q[u].y);
                     q[u].z = finish(u, q[u].z); q[u].w = finish(u, q[u].w);
-                    reinterpret_cast<float4*>(dst[u] + head[u])[v] = q[u];
+                    store_with_policy(reinterpret_cast<float4*>(dst[u] + head[u]) + v, q[u], l2_policy_evict_first());
                 }
         }
 #pragma unroll
@@ -1380,7 +1403,7 @@ struct Plan {
 // Everything but the pointers, from the sizes; `problem` says why v3 does not apply. The shared-memory
 // check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32. The GEMM runs
 // on wgmma from the relaid box (plan.wgmma) where allowed, the build has wgmma (sm_90a), the chunks are 32
-// channels, BS % 4 == 0 and its footprint fits; else on mma.sync.
+// channels, BS % 4 == 0, at most kMaxWgmmaSteps k-steps and its footprint fits; else on mma.sync.
 Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, int64_t kw, int64_t pool, int device,
                bool split3, bool allow_wgmma = true) {
     Plan plan;
@@ -1474,13 +1497,21 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     const size_t bytes_ss = SmemLayout{nt, split3, true}.total(
         static_cast<int>(ksteps_ss), static_cast<int>(c_in), static_cast<int>(pitch),
         static_cast<int>(16 * quad_groups * plane_units), pool_in_registers, P.stage_stride);
-    if (allow_wgmma && nt == 4 && limits.wgmma && stride % 4 == 0 &&
+    if (allow_wgmma && nt == 4 && limits.wgmma && stride % 4 == 0 && ksteps_ss <= kMaxWgmmaSteps &&
         static_cast<int64_t>(bytes_ss) <= budget) {
         plan.wgmma = true;
         plan.smem_bytes = bytes_ss;
         P.ksteps = static_cast<int>(ksteps_ss);
         P.quad_groups = static_cast<int>(quad_groups);
         P.quad_plane_units = static_cast<int>(plane_units);
+        const int64_t quads8 = quad_groups / 2;
+        for (int64_t s = 0; s < ksteps_ss; ++s) {
+            const int64_t tap = s / quads8, q = s % quads8, ky = tap / kw, kx = tap % kw;
+            int off[4];
+            for (int64_t v = 0; v < 4; ++v)
+                off[v] = static_cast<int>((8 * q + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4);
+            P.wgmma_taps[s] = make_int4(off[0], off[1], off[2], off[3]);
+        }
     }
     return plan;
 }
