@@ -51,12 +51,12 @@
 //   offsets; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity), so one barrier per sample suffices. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.18 ms fp32-accurate and 0.13 ms
-//   TF32 (2.7x and 3.8x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.18 ms fp32-accurate and 0.12 ms
+//   TF32 (2.7x and 4x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   19 us (fp32) and 13 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
-//   the statistics, the cluster barrier, the epilogue and latency (3.5 warps per scheduler), and the
-//   A-fragment loads have 2-way bank conflicts (the tap offset +W lands on the banks of +0).
+//   20 us (fp32) and 13 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
+//   the statistics, the cluster barrier, the epilogue and latency (3.5 warps per scheduler). The tap
+//   order and box pitch keep the A-fragment loads free of bank conflicts (see tap_of).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -92,6 +92,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -124,7 +125,8 @@ struct Params {
     int plane;                // D * H * W
     int flat_rows;            // Do * H * W: GEMM rows per sample
     int tiles_per_cta;        // m16 tiles per CTA
-    int box_pitch;            // floats between two channels of the input box
+    int box_pitch;            // floats between two channels of the input box (picked with tap_order: see below)
+    int tap_order;            // how the reduction index runs over (ci, kd, kh, kw): see tap_of
     int ksteps;               // ceil(C_in * k^3 / 8)
     int warps;                // warps per CTA (8 or 16); warp w owns tiles [w * MT, (w + 1) * MT)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
@@ -190,6 +192,44 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The reduction index kk of the implicit GEMM (0 <= kk < C_in * k^3) names a tap (ci, kd, kh, kw); its A
+// element for flat row q is box[q + ci * box_pitch + (kd * H + kh) * W + kw]. Any order of the taps gives the
+// same sum (the weights follow it), but not the same shared-memory traffic: one A-fragment load reads, for
+// g = 0..7 and t = 0..3, box[q0 + g + off(tap t)], and two taps whose offsets differ by a multiple of 32 words
+// plus at most 7 put different words in one bank (2-way conflict: two wavefronts). At the KernelBench size
+// (W = 32, H W = 1024) every offset is kw mod 32, so the natural order conflicts in every load. The host
+// (pick_tap_layout) tries three nestings and eight box pitches and keeps the one with the fewest wavefronts;
+// at the KernelBench size order 1 with box_pitch = 20 mod 32 is conflict-free.
+//   order 0: (ci, kd, kh, kw), kw fastest: nn.Conv3d's weight layout
+//   order 1: (kd, kh, ci, kw)
+//   order 2: (kd, kh, kw, ci)
+struct Tap {
+    int ci, kd, kh, kw;
+};
+__host__ __device__ inline Tap tap_of(int kk, int order, int c_in, int k) {
+    Tap tap;
+    if (order == 0) {
+        tap.kw = kk % k; kk /= k; tap.kh = kk % k; kk /= k; tap.kd = kk % k; tap.ci = kk / k;
+    } else if (order == 1) {
+        tap.kw = kk % k; kk /= k; tap.ci = kk % c_in; kk /= c_in; tap.kh = kk % k; tap.kd = kk / k;
+    } else {
+        tap.ci = kk % c_in; kk /= c_in; tap.kw = kk % k; kk /= k; tap.kh = kk % k; tap.kd = kk / k;
+    }
+    return tap;
+}
+// The tap's offset in the box; padded taps (kk >= K, zero weight) reuse the last real tap's word, which
+// is in the same load (taps are consecutive), so they add no wavefront.
+__host__ __device__ inline int tap_offset(int kk, int order, int c_in, int k, int box_pitch, int h, int w) {
+    const int last = c_in * k * k * k - 1;
+    const Tap tap = tap_of(kk < last ? kk : last, order, c_in, k);
+    return tap.ci * box_pitch + (tap.kd * h + tap.kh) * w + tap.kw;
+}
+// nn.Conv3d's index of the tap's weight within one output channel.
+__host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int k) {
+    const Tap tap = tap_of(kk, order, c_in, k);
+    return ((tap.ci * k + tap.kd) * k + tap.kh) * k + tap.kw;
 }
 
 // Sum over the 8 lanes of a quad column (same t, g = 0..7): the rows of an mma fragment.
@@ -310,8 +350,12 @@ fused_conv_instnorm_max_kernel(const Params p) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
         const int co = j * 8 + (fl >> 2);
         const int k0 = s * 8 + (fl & 3), k1 = k0 + 4;
-        const float w0 = (co < p.c_out && k0 < K) ? __ldg(p.weight + static_cast<int64_t>(co) * K + k0) : 0.f;
-        const float w1 = (co < p.c_out && k1 < K) ? __ldg(p.weight + static_cast<int64_t>(co) * K + k1) : 0.f;
+        const float w0 = (co < p.c_out && k0 < K)
+                             ? __ldg(p.weight + static_cast<int64_t>(co) * K + tap_weight_index(k0, p.tap_order, p.c_in, p.k))
+                             : 0.f;
+        const float w1 = (co < p.c_out && k1 < K)
+                             ? __ldg(p.weight + static_cast<int64_t>(co) * K + tap_weight_index(k1, p.tap_order, p.c_in, p.k))
+                             : 0.f;
         if constexpr (SPLIT3) {
             const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
             reinterpret_cast<float4*>(weight_frag)[i] = make_float4(h0, h1, w0 - h0, w1 - h1);
@@ -320,17 +364,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
         }
     }
     for (int i = tid; i < p.ksteps * 4; i += threads) {
-        int off[2];
-        for (int h = 0; h < 2; ++h) {
-            const int kk = (i >> 2) * 8 + (i & 3) + 4 * h;
-            if (kk < K) {
-                const int kw = kk % p.k, kh = (kk / p.k) % p.k, kd = (kk / (p.k * p.k)) % p.k, ci = kk / (p.k * p.k * p.k);
-                off[h] = ci * p.box_pitch + (kd * p.h + kh) * p.w + kw;
-            } else {
-                off[h] = 0;  // padded tap: weight 0, reads a real element of the box
-            }
-        }
-        taps[i] = make_int2(off[0], off[1]);
+        const int kk = (i >> 2) * 8 + (i & 3);  // taps t and t + 4 of k-step i / 4
+        taps[i] = make_int2(tap_offset(kk, p.tap_order, p.c_in, p.k, p.box_pitch, p.h, p.w),
+                            tap_offset(kk + 4, p.tap_order, p.c_in, p.k, p.box_pitch, p.h, p.w));
     }
     //    This thread's rows (row_out is complete: __syncthreads_count is a barrier): valid bit (i, h) for
     //    rows g and g + 8 of its warp's tile i; the warp's count of valid rows.
@@ -588,11 +624,56 @@ const DeviceLimits& device_limits(int device) {
     return it->second;
 }
 
+// Shared-memory wavefronts of one CTA-wide pass of A-fragment loads: for each k-step, the loads of taps
+// t = 0..3 and t + 4 (each one per m16 half: the same count), with the words g + off(tap) for g = 0..7 and
+// 32 banks of 4 bytes. The ideal is 2 per k-step.
+int64_t a_load_wavefronts(int order, int box_pitch, int c_in, int k, int h, int w, int ksteps) {
+    int64_t total = 0;
+    for (int kk0 = 0; kk0 < 8 * ksteps; kk0 += 4) {
+        int words[32][32];  // per bank, the distinct words it serves (at most 32)
+        int count[32] = {};
+        int worst = 0;
+        for (int t = 0; t < 4; ++t) {
+            const int off = tap_offset(kk0 + t, order, c_in, k, box_pitch, h, w);
+            for (int g = 0; g < 8; ++g) {
+                const int word = off + g, bank = word & 31;
+                bool seen = false;
+                for (int i = 0; i < count[bank]; ++i) seen = seen || words[bank][i] == word;
+                if (!seen) words[bank][count[bank]++] = word;
+                worst = std::max(worst, count[bank]);
+            }
+        }
+        total += worst;
+    }
+    return total;
+}
+
+// The tap order and box pitch (>= min_pitch, a multiple of 4 for the 16-byte copies, at most 28 floats more,
+// and only where `fits(pitch)`) with the fewest A-load wavefronts; ties keep the smaller pitch and order.
+struct TapLayout {
+    int order = 0;
+    int64_t pitch = 0;
+    int64_t wavefronts = 0;
+};
+template <typename Fits>
+TapLayout pick_tap_layout(int c_in, int k, int h, int w, int ksteps, int64_t min_pitch, const Fits& fits) {
+    TapLayout best{0, min_pitch, a_load_wavefronts(0, static_cast<int>(min_pitch), c_in, k, h, w, ksteps)};
+    for (int64_t pitch = min_pitch; pitch <= min_pitch + 28; pitch += 4) {
+        if (!fits(pitch)) break;
+        for (int order = 0; order < 3; ++order) {
+            const int64_t waves = a_load_wavefronts(order, static_cast<int>(pitch), c_in, k, h, w, ksteps);
+            if (waves < best.wavefronts) best = TapLayout{order, pitch, waves};
+        }
+    }
+    return best;
+}
+
 struct Plan {
     Params params{};
     int nt = 2;
     int cluster = 1;
     size_t smem_bytes = 0;
+    int64_t a_wavefronts = 0;  // shared-memory wavefronts of one pass of A-fragment loads (ideal: 2 * ksteps)
     std::string problem;  // empty when v3 applies
 };
 
@@ -682,6 +763,18 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
                                             static_cast<int>(c_in), static_cast<int>(pitch), prefetch);
     };
     const bool prefetch = footprint(true) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
+    // A wider box pitch where it removes bank conflicts from the A-fragment loads and still fits.
+    const TapLayout taps = pick_tap_layout(
+        static_cast<int>(c_in), static_cast<int>(k), static_cast<int>(h), static_cast<int>(w), static_cast<int>(ksteps),
+        pitch, [&](int64_t candidate) {
+            const int64_t saved = pitch;
+            pitch = candidate;
+            const bool fits = footprint(prefetch) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) &&
+                              static_cast<int64_t>(c_in) * candidate < (int64_t{1} << 31);
+            pitch = saved;
+            return fits;
+        });
+    pitch = taps.pitch;
     bytes = footprint(prefetch);
 
     Params& P = plan.params;
@@ -695,6 +788,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     P.flat_rows = static_cast<int>(flat_rows);
     P.tiles_per_cta = static_cast<int>(tiles);
     P.box_pitch = static_cast<int>(pitch);
+    P.tap_order = taps.order;
     P.ksteps = static_cast<int>(ksteps);
     P.warps = static_cast<int>(warps);
     P.prefetch = prefetch ? 1 : 0;
@@ -703,6 +797,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     plan.nt = nt;
     plan.cluster = static_cast<int>(cs);
     plan.smem_bytes = bytes;
+    plan.a_wavefronts = taps.wavefronts;
     return plan;
 }
 
@@ -927,7 +1022,9 @@ std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t b
     return {{"cluster_size", plan.cluster}, {"rows_per_cta", plan.params.tiles_per_cta * 16},
             {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)}, {"n_tiles", plan.nt},
             {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"prefetch", plan.params.prefetch},
-            {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))}};
+            {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))},
+            {"tap_order", plan.params.tap_order}, {"box_pitch", plan.params.box_pitch},
+            {"a_load_wavefronts", plan.a_wavefronts}};
 }
 
 }  // namespace model_a_v3

@@ -153,6 +153,38 @@ def test_plan_info_at_kernelbench_size():
     assert info["cluster_size"] * info["rows_per_cta"] >= 14 * 32 * 32
     assert info["n_tiles"] == 2 and info["k_steps"] == 11
     assert info["prefetch"] == 1  # two boxes: the next sample's loads during this one
+    # The tap order and box pitch make every A-fragment load one wavefront (the natural order has two).
+    assert info["a_load_wavefronts"] == 2 * info["k_steps"], info
+
+
+# Shapes whose plans pick each of the three tap orders (checked below, so a change in the search shows).
+_TAP_ORDER_CANDIDATES = [
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 3, 16, 32, 32)),
+    ([8, 16, 3, (16, 1, 1, 1), -0.8, 0.6], (2, 8, 9, 16, 16)),
+    ([1, 8, 3, (8, 1, 1, 1), -1.0, 1.0], (2, 1, 8, 32, 32)),
+    ([2, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 2, 10, 17, 23)),
+    ([3, 8, 5, (8, 1, 1, 1), -0.5, 1.5], (2, 3, 9, 32, 32)),
+    ([5, 16, 2, (16, 1, 1, 1), -1.0, 1.0], (2, 5, 9, 9, 9)),
+    ([4, 32, 1, (32, 1, 1, 1), -1.0, 1.0], (2, 4, 8, 8, 8)),
+    ([6, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 6, 7, 16, 24)),
+]
+
+
+def test_every_tap_order_matches_float64():
+    """The plan reorders the taps (and pads the box pitch) to avoid shared-memory bank conflicts; the weights
+    must follow the same order. One shape per order the search can pick, both modes, against float64."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    chosen = {}
+    for init, shape in _TAP_ORDER_CANDIDATES:
+        info = ext.plan_info(list(shape[2:]), shape[0], init[0], init[1], [init[2]] * 3, False, device)
+        assert info["a_load_wavefronts"] >= 2 * info["k_steps"], info
+        chosen.setdefault(info["tap_order"], (init, shape))
+    assert set(chosen) == {0, 1, 2}, f"the candidate shapes cover tap orders {sorted(chosen)} only"
+    for order, (init, shape) in sorted(chosen.items()):
+        model, fused = _models(init)
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(20 + order,),
+                             shifts=(0.0, 100.0), tf32={"v3 tf32"})
 
 
 def test_persistent_clusters_many_samples_each():
