@@ -163,6 +163,38 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int byt
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// The cluster's statistics exchange: each CTA stores into every CTA's shared memory with st.async, which
+// counts its bytes off an mbarrier in the receiving CTA ("complete_tx"); the receiver waits on its own
+// mbarrier until all bytes are in. No cluster-wide barrier and no memory fence sit between the stores and
+// their use (a release/acquire cluster barrier there cost a fence and a round trip per sample).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t address, uint32_t rank) {  // the same offset in CTA `rank`
+    uint32_t mapped;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mapped) : "r"(address), "r"(rank));
+    return mapped;
+}
+__device__ __forceinline__ void store_async_f64(uint32_t remote, double v, uint32_t remote_barrier) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(remote),
+                 "l"(__double_as_longlong(v)), "r"(remote_barrier) : "memory");
+}
+__device__ __forceinline__ void mbarrier_init(uint32_t barrier, uint32_t arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t barrier, uint32_t phase) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(barrier), "r"(phase) : "memory");
+}
+
 // TF32 operands. The tensor cores read the top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa
 // bits) and ignore the low 13, so v plus half a TF32 ulp is v rounded to nearest (ties away) for them.
 // tf32_round adds it in float, v + 2^(e - 11) with 2^e the binade of v: NaN stays NaN and infinities stay
@@ -303,6 +335,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     __shared__ double warp_inv_count[kMaxWarps];      // 1 / valid rows per warp (0: none)
     __shared__ float4 coef[8 * NT];                   // (mu_hi, mu_lo, s, L) per channel, and H: see step 6
     __shared__ float coef_hi[8 * NT];
+    __shared__ __align__(8) uint64_t gathered_full[2];  // per slot: all CTAs' statistics have arrived (step 5)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int threads = p.warps * 32;
@@ -335,6 +368,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
     };
 
     // 1. Once per CTA: the first sample's box is requested; while it flies, the tables every sample shares.
+    if (tid == 0) {
+        mbarrier_init(shared_address(&gathered_full[0]), 1);
+        mbarrier_init(shared_address(&gathered_full[1]), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
     copy_box(first, boxes);
     //    The row -> output offset table (-1: dropped), over all rows the warps compute (rows past this
@@ -396,6 +434,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const double cta_count = valid_rows, cta_inv_count = valid_rows > 0 ? 1.0 / valid_rows : 0.0;
 
     int parity = 0;
+    uint32_t slot_phase = 0;  // bit s: the phase of slot s's mbarrier to wait for next
     for (int64_t n = first; n < p.batch; n += clusters, parity ^= 1) {
         // 2. The box of sample n: requested during the sample before into the other buffer (prefetch), or
         //    now into the only one (every warp is past the previous GEMM: the barriers of steps 4-6).
@@ -495,14 +534,16 @@ fused_conv_instnorm_max_kernel(const Params p) {
         }
         __syncthreads();
         // 5. This CTA's (count, mean, M2) per channel, in float64 from the warps' (mean, sums), pushed into
-        //    every CTA of the cluster (distributed shared memory, slot [parity][rank]); one cluster barrier
-        //    (release/acquire) makes them visible. The slots alternate with the sample, so a CTA that runs
-        //    ahead to the next sample cannot overwrite values another CTA has yet to read.
+        //    every CTA of the cluster (distributed shared memory, slot [parity][rank]) with st.async; each CTA
+        //    waits on its slot's mbarrier until all of them are in. The slots alternate with the sample; a
+        //    relaxed cluster barrier, arrived at once a CTA has read a slot (step 6) and waited on here before
+        //    the next push, keeps a CTA that runs ahead from overwriting values another has yet to read.
         //    Sixteen lanes per channel, lane w holding warp w's part, sum with shuffles (a warp does two
         //    channels; the loop covers whole warps, as 8 * NT * 16 and the block are multiples of 32), and lane
         //    r pushes the result into CTA r. No division: 1 / count was computed once. (One thread per channel
         //    summing the warps in turn kept the other warps waiting ~1.7 us per sample on an H100.)
-        if (n == first) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has started
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has started / read the last slot
+        const uint32_t slot_full = shared_address(&gathered_full[parity]);
         for (int i = tid; i < 8 * NT * 16; i += threads) {
             const int ch = i >> 4, w = i & 15;
             double nw = 0.0, inv = 0.0, centre = 0.0, s1 = 0.0, s2 = 0.0;  // a warp slot without a warp adds 0
@@ -517,11 +558,17 @@ fused_conv_instnorm_max_kernel(const Params p) {
             const double mean = sum_over_16_lanes(nw * centre + s1) * cta_inv_count;
             const double dm = (centre - mean) + s1 * inv;
             const double m2 = sum_over_16_lanes((s2 - s1 * s1 * inv) + nw * dm * dm);
-            if (w < cluster_size)
-                *cluster.map_shared_rank(gathered + (parity * cluster_size + rank) * 8 * NT + ch, w) =
-                    make_double3(cta_count, valid_rows > 0 ? mean : 0.0, fmax(m2, 0.0));
+            if (w < cluster_size) {
+                const uint32_t remote = map_to_rank(shared_address(gathered + (parity * cluster_size + rank) * 8 * NT + ch), w);
+                const uint32_t remote_full = map_to_rank(slot_full, w);
+                store_async_f64(remote, cta_count, remote_full);
+                store_async_f64(remote + 8, valid_rows > 0 ? mean : 0.0, remote_full);
+                store_async_f64(remote + 16, fmax(m2, 0.0), remote_full);
+            }
         }
-        cluster.sync();
+        if (tid == 0) mbarrier_arrive_expect_bytes(slot_full, cluster_size * 8 * NT * sizeof(double3));
+        mbarrier_wait_cluster(slot_full, slot_phase >> parity & 1u);
+        slot_phase ^= 1u << parity;
         // 6. Merge the cluster's (count, mean, M2), sixteen lanes per channel again (lane r: CTA r's part): mean
         //    first, then M2 about it; no division (1 / count is a parameter). Every CTA of the sample adds the
         //    same numbers in the same order, so all compute the same coefficients. The epilogue's coefficients
@@ -555,6 +602,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
             }
         }
         __syncthreads();
+        // The slot has been read (its values are in coef, written before the barrier above): the cluster may
+        // overwrite it. Waited on before the next push.
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
         // 7. Epilogue: clamp(s (y - mu), L, H), max over channels (the thread's channels, then the quad);
         //    lanes t = 0 and 1 store rows g and g + 8 of each tile.
@@ -590,6 +640,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 out_n[row_out[(warp * MT + i) * 16 + g + 8 * h]] = h ? best[1] : best[0];
         }
     }
+    // Matches the last arrive: no CTA leaves while another may still store into its shared memory.
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #else
     __trap();  // needs sm_90 (thread-block clusters); the host refuses to launch it on older GPUs
 #endif
