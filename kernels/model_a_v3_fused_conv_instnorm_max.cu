@@ -28,7 +28,8 @@
 //   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits each
 //   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
 //   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"); the TF32 mode
-//   (allow_tf32) does hi*hi only, like cuDNN with allow_tf32.
+//   (allow_tf32) does one TF32 product per k-step, like cuDNN with allow_tf32: weights rounded to TF32,
+//   inputs truncated to TF32 by the tensor cores (see step 3 of the kernel).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
 //   sums (y - c) and (y - c)^2, all from registers and shuffles; one warp per CTA combines the warps'
 //   (count, mean, M2) in float64 (no division: the inverse counts are computed once), pushes the CTA's
@@ -201,7 +202,7 @@ __device__ __forceinline__ void mbarrier_wait_cluster(uint32_t barrier, uint32_t
 // infinite. An integer add of 2^12 would carry a NaN whose payload fills the top mantissa bits (0x7fffffff,
 // the NaN CUDA's arithmetic produces) into the sign bit and hand the tensor cores -0: a finite output where
 // PyTorch's is NaN. Two instructions (cvt.rna.tf32.f32 compiles to three on sm_90).
-__device__ __forceinline__ float tf32_round(float v) {  // low 13 bits left as they fall: for mma operands
+__device__ __forceinline__ float tf32_round(float v) {  // low 13 bits left as they fall (tf32_value clears them)
     const float binade = __uint_as_float(__float_as_uint(v) & 0xff800000u);  // +-2^e; +-inf for NaN and inf
     return fmaf(binade, 0x1p-11f, v);
 }
@@ -458,7 +459,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
         // rows past this CTA's share are dropped like any invalid row), so the tile loop has no branch and
         // the compiler can interleave the independent mma chains of different tiles.
         // A fragments are loaded as float and split in registers: hi = v rounded to TF32, lo = v - hi
-        // (3xTF32), or hi only (TF32 mode). One shared load per element for either mode.
+        // (3xTF32). The TF32 mode hands v to the tensor cores as it is: they read its top 19 bits, i.e. v
+        // truncated to TF32. Truncation has the same error spread as rounding (uniform over one TF32 ulp instead
+        // of half an ulp either side) plus a bias of half an ulp toward zero, a relative scale of the conv
+        // output that InstanceNorm divides out; rounding cost two instructions per element, half the loop's.
+        // One shared load per element for either mode.
         const float* a_base = box + warp * MT * 16 + g;
         for (int s = 0; s < p.ksteps; ++s) {
             const int2 off = taps[s * 4 + t];
@@ -480,7 +485,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
                 uint32_t a_hi[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : tf32_round(v[e]));
+                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
                 if constexpr (SPLIT3) {
                     uint32_t a_lo[4];
 #pragma unroll
