@@ -31,19 +31,21 @@
 //   (allow_tf32) does one TF32 product per k-step, like cuDNN with allow_tf32: weights rounded to TF32,
 //   inputs truncated to TF32 by the tensor cores (see step 3 of the kernel).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
-//   sums (y - c) and (y - c)^2, all from registers and shuffles; one warp per CTA combines the warps'
-//   (count, mean, M2) in float64 (no division: the inverse counts are computed once), pushes the CTA's
-//   (count, mean, M2) into every CTA of the cluster through distributed shared memory, and after one
-//   cluster barrier each CTA merges them in rank order (mean, then M2 about it: Chan et al.'s update).
+//   sums (y - c) and (y - c)^2, all from registers and shuffles; sixteen lanes per channel combine the
+//   warps' (count, mean, M2) in float64 (no division: the inverse counts are computed once) and store the
+//   CTA's (count, mean, M2) into every CTA of the cluster (distributed shared memory, st.async stores that
+//   count their bytes off an mbarrier in the receiving CTA); each CTA waits on its own mbarrier and merges
+//   them the same way (mean, then M2 about it: Chan et al.'s update).
 //
 // Tiling
 //   Persistent clusters of `cluster` CTAs (1..16): as many clusters as fit on the GPU at once (at most
 //   N), cluster i computing samples i, i + clusters, ... in turn. CTA r of a cluster owns the flat
 //   rows [r * S, (r + 1) * S) of each sample, S = 16 * tiles_per_cta. A warp owns MT consecutive m16
-//   tiles x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, so 64 accumulators per
-//   thread); a CTA has ceil(tiles_per_cta / MT) <= 16 warps. The host picks the cluster size with the
-//   least estimated time from the occupancy API (clusters must fit in one GPC, which leaves SMs idle
-//   for some sizes): 8 CTAs of 14 warps (1792 rows each) at the KernelBench size on an H100.
+//   tiles x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, or 14 for NT = 1, 2: 64 or
+//   56 accumulators per thread); a CTA has ceil(tiles_per_cta / MT) <= 16 warps. The host picks MT and
+//   the cluster size with the least estimated time from the occupancy API (clusters must fit in one GPC,
+//   which leaves SMs idle for some sizes, and a CTA's warps are best spread evenly over the SM's 4
+//   schedulers): 8 CTAs of 16 warps of 7 tiles (1792 rows each) at the KernelBench size on an H100.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
 //   copied with cp.async, zeros past the sample's end), as float: the GEMM splits each A element into
 //   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
@@ -80,10 +82,13 @@
 //       cuda_sources=open("model_a_v3_fused_conv_instnorm_max.cu").read(),
 //       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
 //   ext.unsupported_reason(in_size, batch, c_in, c_out, kernel, device) -> "" when v3 applies, else why not
-//   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0)
-//       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA; any valid value gives the
-//       same result up to float rounding of the statistics)
-//   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0)
+//   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0,
+//               tiles_per_warp=0)
+//       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA, m16 tiles per warp (16 / NT
+//       or, for C_out <= 16, 14 / NT); any valid value gives the same result up to float rounding of the
+//       statistics)
+//   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0,
+//                 tiles_per_warp=0)
 //       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, ...)
 
 #include <torch/extension.h>
@@ -108,7 +113,7 @@ namespace cg = cooperative_groups;
 constexpr int kMaxWarps = 16;           // warps per CTA: up to 16 (the plan picks; fewer for small problems)
 constexpr int kDefaultWarps = 16;       // 16: one CTA per SM, so a cluster's CTAs run at the same pace
 constexpr int kMaxThreads = kMaxWarps * 32;
-constexpr int kTilesPerWarp = 16;       // MT * NT: m16n8 accumulator tiles per warp (64 floats per thread)
+constexpr int kTilesPerWarp = 16;       // MT * NT at most: m16n8 accumulator tiles per warp (64 floats per thread)
 constexpr int kMaxCluster = 16;         // Hopper's non-portable cluster limit
 constexpr int kMaxKernel = 5;
 constexpr int kMaxOutChannels = 32;     // NT <= 4
@@ -307,11 +312,11 @@ struct SmemLayout {
 // ---------------------------------------------------------------------------------------------
 // grid.x = cluster * clusters, cluster dims (cluster, 1, 1), clusters <= N: persistent clusters, cluster i
 // computes samples i, i + clusters, i + 2 * clusters, ...
-template <int NT, bool SPLIT3>
+template <int NT, int MT, bool SPLIT3>
 __global__ void __launch_bounds__(kMaxThreads, 1)
 fused_conv_instnorm_max_kernel(const Params p) {
+    static_assert(MT * NT <= kTilesPerWarp, "at most 64 accumulators per thread");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int MT = kTilesPerWarp / NT;
     constexpr SmemLayout layout{NT, SPLIT3};
     extern __shared__ __align__(16) unsigned char smem[];
     cg::cluster_group cluster = cg::this_cluster();
@@ -731,6 +736,7 @@ TapLayout pick_tap_layout(int c_in, int k, int h, int w, int ksteps, int64_t min
 struct Plan {
     Params params{};
     int nt = 2;
+    int mt = 8;  // m16 tiles per warp (MT)
     int cluster = 1;
     size_t smem_bytes = 0;
     int64_t a_wavefronts = 0;  // shared-memory wavefronts of one pass of A-fragment loads (ideal: 2 * ksteps)
@@ -741,7 +747,7 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why v3 does not apply. The shared-memory
 // check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32.
 Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
-               bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request) {
+               bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request = 0) {
     Plan plan;
     const DeviceLimits& limits = device_limits(device);
     if (limits.major < 9) {
@@ -779,7 +785,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     const int64_t K = c_in * k * k * k;
     const int64_t ksteps = (K + 7) / 8;
     const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
-    const int64_t mt = kTilesPerWarp / nt;
+    const int64_t mt = mt_request > 0 ? mt_request : kTilesPerWarp / nt;
     const int64_t warps_max = warps_request > 0 ? warps_request : kDefaultWarps;
     const int64_t max_tiles = warps_max * mt;
     const int64_t flat_rows = od * h * w;
@@ -855,6 +861,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     P.batch = batch;
     P.inv_count = 1.0 / static_cast<double>(od * oh * ow);
     plan.nt = nt;
+    plan.mt = static_cast<int>(mt);
     plan.cluster = static_cast<int>(cs);
     plan.smem_bytes = bytes;
     plan.a_wavefronts = taps.wavefronts;
@@ -882,20 +889,30 @@ cudaLaunchConfig_t launch_config(const Plan& plan, int64_t clusters, cudaStream_
 // its static shared memory) and allowing non-portable cluster sizes; cached per (kernel, device, shape).
 using KernelFn = void (*)(Params);
 
-// The instantiation for a plan's n-tiles and accuracy mode.
-KernelFn kernel_for(int nt, bool split3) {
-    switch (nt) {
-        case 1: return split3 ? fused_conv_instnorm_max_kernel<1, true> : fused_conv_instnorm_max_kernel<1, false>;
-        case 2: return split3 ? fused_conv_instnorm_max_kernel<2, true> : fused_conv_instnorm_max_kernel<2, false>;
-        default: return split3 ? fused_conv_instnorm_max_kernel<4, true> : fused_conv_instnorm_max_kernel<4, false>;
-    }
+// Tiles per warp the kernel is built for, per n-tile count: 16 / NT (64 accumulators), and for NT = 1, 2 also
+// 14 / NT, which makes 16 warps of a CTA hold the 112 tiles that 14 warps of 8 would (4 warps on each of the
+// SM's 4 schedulers instead of 4, 4, 3, 3: the KernelBench size's plan).
+const std::vector<int>& mt_choices(int nt) {
+    static const std::vector<int> one{16, 14}, two{8, 7}, four{4};
+    return nt == 1 ? one : (nt == 2 ? two : four);
+}
+
+// The instantiation for a plan's n-tiles, tiles per warp and accuracy mode.
+template <int NT, int MT>
+KernelFn kernel_for_mode(bool split3) {
+    return split3 ? fused_conv_instnorm_max_kernel<NT, MT, true> : fused_conv_instnorm_max_kernel<NT, MT, false>;
+}
+KernelFn kernel_for(int nt, int mt, bool split3) {
+    if (nt == 1) return mt == 16 ? kernel_for_mode<1, 16>(split3) : kernel_for_mode<1, 14>(split3);
+    if (nt == 2) return mt == 8 ? kernel_for_mode<2, 8>(split3) : kernel_for_mode<2, 7>(split3);
+    return kernel_for_mode<4, 4>(split3);
 }
 
 int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr) {
     static std::mutex mutex;
     static std::map<std::tuple<KernelFn, int, int, size_t>, std::pair<int, std::string>> cache;
     const std::lock_guard<std::mutex> lock(mutex);
-    const KernelFn kernel = kernel_for(plan.nt, split3);
+    const KernelFn kernel = kernel_for(plan.nt, plan.mt, split3);
     const auto key = std::make_tuple(kernel, device, plan.cluster, plan.smem_bytes);
     auto it = cache.find(key);
     if (it == cache.end()) {
@@ -936,62 +953,88 @@ std::string unschedulable(const Plan& plan, const std::string& why) {
            " bytes of shared memory each cannot be scheduled on this GPU" + (why.empty() ? "" : " (" + why + ")");
 }
 
-// The plan forward uses. With cluster_request 0, every cluster size from the smallest that fits to 16 is
-// a candidate, and the one with the least estimated time wins (see `cost`), with waves = ceil(batch /
-// clusters resident at once) from the occupancy API: a cluster must fit in one GPC, so e.g. only 15
-// clusters of 7 CTAs fit on a 132-SM H100, leaving 27 SMs idle. For a small batch this spreads a sample
-// over more CTAs.
+// The plan forward uses. Candidates: every tiles-per-warp choice (mt_choices) and, with cluster_request 0,
+// every cluster size from the smallest that fits to 16; the one with the least estimated time wins (see
+// `cost`), with waves = ceil(batch / clusters resident at once) from the occupancy API: a cluster must fit
+// in one GPC, so e.g. only 15 clusters of 7 CTAs fit on a 132-SM H100, leaving 27 SMs idle. For a small
+// batch this spreads a sample over more CTAs.
 Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
-                          bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request) {
-    Plan best = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cluster_request, warps_request);
-    if (!best.problem.empty()) return best;
-    std::string reason;
-    const int active = active_clusters(best, split3, device, &reason);
-    if (cluster_request > 0) {
-        if (active < 1) best.problem = unschedulable(best, reason);
-        return best;
-    }
-    // Estimated time: waves x (CTAs sharing the busiest SM) x (tiles per CTA). On an H100 at the
-    // KernelBench size this ranks the measured cluster sizes in order (8 < 7 < 16 ~ 14 << 9, 10, 12).
+                          bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request,
+                          int64_t mt_request) {
+    // Estimated time: waves x (CTAs sharing the busiest SM) x (tiles of the busiest of the SM's 4 warp
+    // schedulers: ceil(warps / 4) x MT). On an H100 at the KernelBench size this ranks the measured cluster
+    // sizes in order (8 < 7 < 16 ~ 14 << 9, 10, 12) and prefers 16 warps of 7 tiles to 14 warps of 8.
     const int sms = device_limits(device).sms;
     const auto cost = [&](const Plan& plan, int clusters) {
         const int64_t waves = (std::max<int64_t>(batch, 1) + clusters - 1) / clusters;
         const int64_t resident = static_cast<int64_t>(clusters) * plan.cluster;
         const int64_t per_sm = (resident + sms - 1) / sms;
-        return static_cast<double>(waves) * per_sm * plan.params.warps * (kTilesPerWarp / plan.nt);
+        return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt;
     };
-    bool found = active >= 1;
-    double best_cost = found ? cost(best, active) : 0.0;
-    for (int64_t cs = best.cluster + 1; cs <= kMaxCluster; ++cs) {
-        Plan plan = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cs, warps_request);
-        if (!plan.problem.empty()) break;  // more CTAs than 16-row tiles
-        const int clusters = active_clusters(plan, split3, device);
-        if (clusters < 1) continue;
-        const double c = cost(plan, clusters);
-        if (!found || c < best_cost) {
-            best = plan;
-            best_cost = c;
-            found = true;
+    const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
+    Plan best, first;  // first: the first candidate, whose verdict is reported when none applies
+    std::string reason;
+    bool found = false, have_first = false;
+    double best_cost = 0.0;
+    for (const int mt : mt_choices(nt)) {
+        if (mt_request > 0 && mt != mt_request) continue;
+        Plan plan = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cluster_request, warps_request, mt);
+        if (!have_first) {
+            first = plan;
+            have_first = true;
+        }
+        if (!plan.problem.empty()) continue;
+        for (int64_t cs = plan.cluster; cs <= (cluster_request > 0 ? plan.cluster : kMaxCluster); ++cs) {
+            Plan candidate = cs == plan.cluster
+                                 ? plan
+                                 : make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cs, warps_request, mt);
+            if (!candidate.problem.empty()) break;  // more CTAs than 16-row tiles
+            std::string why;
+            const int clusters = active_clusters(candidate, split3, device, &why);
+            if (clusters < 1) {
+                if (reason.empty()) reason = unschedulable(candidate, why);
+                continue;
+            }
+            const double c = cost(candidate, clusters);
+            if (!found || c < best_cost) {
+                best = candidate;
+                best_cost = c;
+                found = true;
+            }
         }
     }
-    if (!found) best.problem = unschedulable(best, reason);
-    return best;
+    if (found) return best;
+    if (first.problem.empty()) first.problem = reason.empty() ? unschedulable(first, "") : reason;
+    return first;
 }
 
 // choose_plan_uncached, remembered per problem (a forward should not pay for the search).
 Plan choose_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
-                 bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request) {
+                 bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request) {
     static std::mutex mutex;
     static std::map<std::vector<int64_t>, Plan> cache;
     std::vector<int64_t> key(in_size.begin(), in_size.end());
     key.insert(key.end(), kernel.begin(), kernel.end());
-    key.insert(key.end(), {c_in, c_out, device, split3, batch, cluster_request, warps_request});
+    key.insert(key.end(), {c_in, c_out, device, split3, batch, cluster_request, warps_request, mt_request});
     const std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end())
         it = cache.emplace(key, choose_plan_uncached(in_size, c_in, c_out, kernel, device, split3, batch,
-                                                     cluster_request, warps_request)).first;
+                                                     cluster_request, warps_request, mt_request)).first;
     return it->second;
+}
+
+// The tiles_per_warp knob: 0 (pick) or one of mt_choices for C_out's n-tiles.
+void check_tiles_per_warp(const char* who, int64_t tiles_per_warp, int64_t c_out) {
+    const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
+    std::string allowed;
+    bool ok = tiles_per_warp == 0;
+    for (const int mt : mt_choices(nt)) {
+        allowed += (allowed.empty() ? "" : ", ") + std::to_string(mt);
+        ok = ok || tiles_per_warp == mt;
+    }
+    TORCH_CHECK(ok, who, ": tiles_per_warp must be 0 (pick) or one of ", allowed, " for C_out ", std::to_string(c_out),
+                ", got ", std::to_string(tiles_per_warp));
 }
 
 std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
@@ -1000,7 +1043,7 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int6
                 std::to_string(device));
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
     for (const bool split3 : {true, false}) {
-        const Plan plan = choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), split3, batch, 0, 0);
+        const Plan plan = choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), split3, batch, 0, 0, 0);
         if (!plan.problem.empty()) return plan.problem;
     }
     return "";
@@ -1008,7 +1051,7 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int6
 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& multiplier,
                       double clamp_min, double clamp_max, double eps, bool allow_tf32, torch::Tensor out,
-                      int64_t cluster_size, int64_t warps_per_cta) {
+                      int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ", c10::toString(x.scalar_type()));
     TORCH_CHECK(x.dim() == 5, "forward: x must be 5-D (N, C_in, D, H, W), got shape ", str_of(x.sizes()));
@@ -1038,8 +1081,9 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     const bool split3 = !allow_tf32;
+    check_tiles_per_warp("forward", tiles_per_warp, c_out);
     Plan plan = choose_plan(x.sizes().slice(2), c_in, c_out, weight.sizes().slice(2), device, split3, N, cluster_size,
-                            warps_per_cta);
+                            warps_per_cta, tiles_per_warp);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     const int64_t od = x.size(2) - k + 1, oh = x.size(3) - k + 1, ow = x.size(4) - k + 1;
     TORCH_CHECK(od * oh * ow > 1, "forward: the conv output has one spatial element per channel; InstanceNorm3d "
@@ -1066,7 +1110,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config = launch_config(plan, clusters, stream, attr);
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan.nt, split3), P));
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan.nt, plan.mt, split3), P));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
@@ -1074,13 +1118,14 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 // The plan's choices, for notebooks and tests: cluster size, tiles per CTA, shared memory, n-tiles.
 std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
                                           std::vector<int64_t> kernel, bool allow_tf32, int64_t device,
-                                          int64_t cluster_size, int64_t warps_per_cta) {
+                                          int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp) {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
+    check_tiles_per_warp("plan_info", tiles_per_warp, c_out);
     const Plan plan = choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), !allow_tf32, batch,
-                                  cluster_size, warps_per_cta);
+                                  cluster_size, warps_per_cta, tiles_per_warp);
     TORCH_CHECK(plan.problem.empty(), "plan_info: outside v3's envelope: ", plan.problem);
     return {{"cluster_size", plan.cluster}, {"rows_per_cta", plan.params.tiles_per_cta * 16},
-            {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)}, {"n_tiles", plan.nt},
+            {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)}, {"n_tiles", plan.nt}, {"m_tiles_per_warp", plan.mt},
             {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"prefetch", plan.params.prefetch},
             {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))},
             {"tap_order", plan.params.tap_order}, {"box_pitch", plan.params.box_pitch},
@@ -1100,8 +1145,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("forward", &model_a_v3::forward, "out[n,s] = max_c m_c*clamp(instnorm(m_c*conv3d(x))[n,c,s], lo, hi)",
           py::arg("x"), py::arg("weight"), py::arg("multiplier"), py::arg("clamp_min"), py::arg("clamp_max"),
           py::arg("eps"), py::arg("allow_tf32"), py::arg("out"), py::arg("cluster_size") = 0,
-          py::arg("warps_per_cta") = 0);
+          py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0);
     m.def("plan_info", &model_a_v3::plan_info, "the launch plan v3 picks for these sizes", py::arg("in_size"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kernel"), py::arg("allow_tf32"),
-          py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0);
+          py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0);
 }

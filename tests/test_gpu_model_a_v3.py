@@ -142,6 +142,10 @@ def test_cluster_sizes_agree():
         outs[cs] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, cluster_size=cs)
     outs["8 warps"] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, torch.full_like(out, float("nan")),
                                   warps_per_cta=8)
+    for mt in (7, 8):  # the two instantiations for C_out 9..16
+        for cs in (8, 16):
+            outs[f"{cs} CTAs, {mt} tiles per warp"] = ext.forward(
+                x, w, m, -1.0, 1.0, 1e-5, False, torch.full_like(out, float("nan")), cluster_size=cs, tiles_per_warp=mt)
     for cs, out in outs.items():
         torch.testing.assert_close(out, outs[7], atol=2e-6, rtol=0, msg=f"cluster_size {cs}")
     with pytest.raises(RuntimeError, match="does not fit"):
@@ -155,6 +159,28 @@ def test_plan_info_at_kernelbench_size():
     assert info["prefetch"] == 1  # two boxes: the next sample's loads during this one
     # The tap order and box pitch make every A-fragment load one wavefront (the natural order has two).
     assert info["a_load_wavefronts"] == 2 * info["k_steps"], info
+    # The warps of a CTA spread evenly over an SM's 4 schedulers where the tile count allows.
+    assert info["warps"] * info["m_tiles_per_warp"] * 16 >= info["rows_per_cta"] and info["warps"] % 4 == 0, info
+
+
+@pytest.mark.parametrize("c_out", [4, 16])
+def test_tiles_per_warp_choices_agree(c_out):
+    """Each tiles-per-warp instantiation (16 or 14 tiles for C_out <= 8, 8 or 7 for C_out <= 16) matches float64."""
+    ext = _v3_ext()
+    torch.manual_seed(5)
+    x = torch.rand(3, 3, 9, 20, 24, device="cuda")
+    model, _ = _models([3, c_out, 3, (c_out, 1, 1, 1), -0.8, 1.2], modes=())
+    helpers.randomize_parameters(model, seed=5)
+    with torch.no_grad():
+        truth = model.double()(x.double())
+    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    for mt in ((16, 14) if c_out <= 8 else (8, 7)):
+        info = ext.plan_info([9, 20, 24], 3, 3, c_out, [3, 3, 3], False, torch.cuda.current_device(), tiles_per_warp=mt)
+        assert info["m_tiles_per_warp"] == mt, info
+        for tf32 in (False, True):
+            out = ext.forward(x, w, m, -0.8, 1.2, 1e-5, tf32, torch.full(truth.shape, float("nan"), device="cuda"),
+                              tiles_per_warp=mt)
+            assert helpers.errors_vs(truth, out)["rel_l2"] < (2e-3 if tf32 else 1e-6), (mt, tf32)
 
 
 # Shapes whose plans pick each of the three tap orders (checked below, so a change in the search shows).
@@ -254,6 +280,8 @@ def test_extension_checks_name_the_argument():
         ext.forward(x, w, m, -1.0, 1.0, 0.0, False, out)
     with pytest.raises(RuntimeError, match="cluster_size must be"):
         ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, cluster_size=17)
+    with pytest.raises(RuntimeError, match="tiles_per_warp must be 0 \\(pick\\) or one of 16, 14 for C_out 4"):
+        ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, tiles_per_warp=5)
 
 
 def test_no_allocation_beyond_the_output():
