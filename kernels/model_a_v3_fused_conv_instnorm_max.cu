@@ -52,14 +52,15 @@
 //   other one as soon as this one has arrived, so it loads while this sample is computed (where only
 //   one fits, it loads after the sample before). The weight fragments, pre-split; the per-k-step tap
 //   offsets; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
-//   parity), so one barrier per sample suffices. All but the box are computed once per CTA.
+//   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.18 ms fp32-accurate and 0.12 ms
-//   TF32 (2.7x and 4x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.16 ms fp32-accurate and 0.09 ms
+//   TF32 (about 3x and 5.5x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   20 us (fp32) and 13 us (TF32) each, of which the mma.sync GEMM is about half in fp32; the rest is
-//   the statistics, the cluster barrier, the epilogue and latency (3.5 warps per scheduler). The tap
-//   order and box pitch keep the A-fragment loads free of bank conflicts (see tap_of).
+//   18 us (fp32) and 10 us (TF32) each. In the TF32 mode the GEMM runs at the shared-memory bandwidth of
+//   its A-fragment loads (one wavefront each: see tap_of); in the fp32 mode it is bound by its three mma
+//   per k-step. The rest is the statistics, their exchange across the cluster and the epilogue, which
+//   leave the tensor cores idle.
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -511,19 +512,27 @@ fused_conv_instnorm_max_kernel(const Params p) {
             }
         }
 
-        // 4. Statistics of each warp's valid rows, per channel, from the registers: the warp's mean c
-        //    (rounded to float), then the sums of (y - c) and (y - c)^2 -- no barrier between the two.
+        // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and
+        //    (y - c)^2 about a centre c of the channel, which only has to be near its values (the merge is exact
+        //    for any c; M2 = s2 - s1^2 / n loses ((mean - c) / sigma)^2 ulps to cancellation). The fp32 mode
+        //    takes the warp's mean of its valid rows (a pass of its own), the TF32 mode the value of the warp's
+        //    first row (a shuffle), which saves a third of the pass. No barrier between the two.
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                float v = 0.f;
+                float c;
+                if constexpr (SPLIT3) {
+                    float v = 0.f;
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
+                    for (int i = 0; i < MT; ++i)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        if (valid_bits >> (2 * i + h) & 1u) v += acc[i][j][2 * h + e];
-                const float c = sum_over_rows(v) * warp_inv;
+                        for (int h = 0; h < 2; ++h)
+                            if (valid_bits >> (2 * i + h) & 1u) v += acc[i][j][2 * h + e];
+                    c = sum_over_rows(v) * warp_inv;
+                } else {
+                    c = __shfl_sync(0xffffffffu, acc[0][j][e], t);  // row 0 of tile 0 (lane g = 0 of this t)
+                }
                 float v1 = 0.f, v2 = 0.f;
 #pragma unroll
                 for (int i = 0; i < MT; ++i)
@@ -568,17 +577,24 @@ fused_conv_instnorm_max_kernel(const Params p) {
             const double mean = sum_over_16_lanes(nw * centre + s1) * cta_inv_count;
             const double dm = (centre - mean) + s1 * inv;
             const double m2 = sum_over_16_lanes((s2 - s1 * s1 * inv) + nw * dm * dm);
-            if (w < cluster_size) {
-                const uint32_t remote = map_to_rank(shared_address(gathered + (parity * cluster_size + rank) * 8 * NT + ch), w);
+            double3* slot = gathered + (parity * cluster_size + rank) * 8 * NT + ch;
+            if (cluster_size == 1) {  // st.async needs a cluster of two or more CTAs: a plain store
+                if (w == 0) *slot = make_double3(cta_count, valid_rows > 0 ? mean : 0.0, fmax(m2, 0.0));
+            } else if (w < cluster_size) {
+                const uint32_t remote = map_to_rank(shared_address(slot), w);
                 const uint32_t remote_full = map_to_rank(slot_full, w);
                 store_async_f64(remote, cta_count, remote_full);
                 store_async_f64(remote + 8, valid_rows > 0 ? mean : 0.0, remote_full);
                 store_async_f64(remote + 16, fmax(m2, 0.0), remote_full);
             }
         }
-        if (tid == 0) mbarrier_arrive_expect_bytes(slot_full, cluster_size * 8 * NT * sizeof(double3));
-        mbarrier_wait_cluster(slot_full, slot_phase >> parity & 1u);
-        slot_phase ^= 1u << parity;
+        if (cluster_size == 1) {
+            __syncthreads();
+        } else {
+            if (tid == 0) mbarrier_arrive_expect_bytes(slot_full, cluster_size * 8 * NT * sizeof(double3));
+            mbarrier_wait_cluster(slot_full, slot_phase >> parity & 1u);
+            slot_phase ^= 1u << parity;
+        }
         // 6. Merge the cluster's (count, mean, M2), sixteen lanes per channel again (lane r: CTA r's part): mean
         //    first, then M2 about it; no division (1 / count is a parameter). Every CTA of the sample adds the
         //    same numbers in the same order, so all compute the same coefficients. The epilogue's coefficients
@@ -602,9 +618,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
                     const float mu_hi = static_cast<float>(mean);
                     const float lo = p.lo > p.hi ? p.hi : p.lo;
                     const float bound_lo = m * lo, bound_hi = m * p.hi;  // rounded as m * clamp(...) would round
-                    c = make_float4(mu_hi, static_cast<float>(mean - mu_hi),
-                                    static_cast<float>(md * md * rsqrt(md * md * var + static_cast<double>(p.eps))),
-                                    fminf(bound_lo, bound_hi));
+                    const double sd = md * md * rsqrt(md * md * var + static_cast<double>(p.eps));
+                    // fp32 mode: (mu_hi, mu_lo, s, L), z = ((y - mu_hi) - mu_lo) s; TF32 mode: (-mu s, -, s, L),
+                    // z = y s - mu s, one FMA (it loses |mu s| ulps, far below TF32's error; see step 7).
+                    c = make_float4(SPLIT3 ? mu_hi : static_cast<float>(-mean * sd), static_cast<float>(mean - mu_hi),
+                                    static_cast<float>(sd), fminf(bound_lo, bound_hi));
                     top = fmaxf(bound_lo, bound_hi);
                 }
                 coef[ch] = c;
@@ -617,7 +635,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
         asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
         // 7. Epilogue: clamp(s (y - mu), L, H), max over channels (the thread's channels, then the quad);
-        //    lanes t = 0 and 1 store rows g and g + 8 of each tile.
+        //    lanes t = 0 and 1 store rows g and g + 8 of each tile. s (y - mu) is ((y - mu_hi) - mu_lo) s in the
+        //    fp32 mode (exact to rounding however large mu is: inputs shifted by +100) and y s - mu s, one FMA,
+        //    in the TF32 mode, whose error (an ulp of |mu s|) stays far below the TF32 products' own.
         float4 cf[NT][2];
         float top[NT][2];
 #pragma unroll
@@ -639,7 +659,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const float4 c = cf[j][e];
-                        const float z = ((acc[i][j][2 * h + e] - c.x) - c.y) * c.z;
+                        const float z = SPLIT3 ? ((acc[i][j][2 * h + e] - c.x) - c.y) * c.z
+                                               : fmaf(acc[i][j][2 * h + e], c.z, c.x);
                         best[h] = nan_max(best[h], nan_min(nan_max(z, c.w), top[j][e]));
                     }
                 best[h] = nan_max(best[h], __shfl_xor_sync(0xffffffffu, best[h], 1));
