@@ -55,7 +55,7 @@
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
 // Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.16 ms fp32-accurate and 0.09 ms
-//   TF32 (about 3x and 5.5x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+//   TF32 (3x and 5.3x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
 //   18 us (fp32) and 10 us (TF32) each. In the TF32 mode the GEMM runs at the shared-memory bandwidth of
 //   its A-fragment loads (one wavefront each: see tap_of); in the fp32 mode it is bound by its three mma
@@ -135,7 +135,7 @@ struct Params {
     int box_pitch;            // floats between two channels of the input box (picked with tap_order: see below)
     int tap_order;            // how the reduction index runs over (ci, kd, kh, kw): see tap_of
     int ksteps;               // ceil(C_in * k^3 / 8)
-    int warps;                // warps per CTA (8 or 16); warp w owns tiles [w * MT, (w + 1) * MT)
+    int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
     int64_t batch;            // N
     double inv_count;         // 1 / (Do * Ho * Wo): the statistics' count per (sample, channel)
@@ -560,7 +560,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
         //    Sixteen lanes per channel, lane w holding warp w's part, sum with shuffles (a warp does two
         //    channels; the loop covers whole warps, as 8 * NT * 16 and the block are multiples of 32), and lane
         //    r pushes the result into CTA r. No division: 1 / count was computed once. (One thread per channel
-        //    summing the warps in turn kept the other warps waiting ~1.7 us per sample on an H100.)
+        //    summing the warps in turn, while the other warps waited, measured 2 % slower on an H100.)
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every CTA has started / read the last slot
         const uint32_t slot_full = shared_address(&gathered_full[parity]);
         for (int i = tid; i < 8 * NT * 16; i += threads) {
@@ -983,8 +983,8 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
                           bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request,
                           int64_t mt_request) {
     // Estimated time: waves x (CTAs sharing the busiest SM) x (tiles of the busiest of the SM's 4 warp
-    // schedulers: ceil(warps / 4) x MT). On an H100 at the KernelBench size this ranks the measured cluster
-    // sizes in order (8 < 7 < 16 ~ 14 << 9, 10, 12) and prefers 16 warps of 7 tiles to 14 warps of 8.
+    // schedulers: ceil(warps / 4) x MT). On an H100 at the KernelBench size it picks clusters of 8 CTAs of
+    // 16 warps of 7 tiles, the fastest of the configurations measured (results/model_a/NOTES.md).
     const int sms = device_limits(device).sms;
     const auto cost = [&](const Plan& plan, int clusters) {
         const int64_t waves = (std::max<int64_t>(batch, 1) + clusters - 1) / clusters;

@@ -163,6 +163,26 @@ def test_plan_info_at_kernelbench_size():
     assert info["warps"] * info["m_tiles_per_warp"] * 16 >= info["rows_per_cta"] and info["warps"] % 4 == 0, info
 
 
+def test_cluster_of_one_cta():
+    """A sample that fits one CTA: a cluster of one, whose statistics take the plain-store path (st.async needs
+    two or more CTAs), in both modes, against float64."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    info = ext.plan_info([5, 6, 7], 40, 2, 16, [3, 3, 3], False, device, cluster_size=1)
+    assert info["cluster_size"] == 1, info
+    torch.manual_seed(6)
+    x = torch.rand(40, 2, 5, 6, 7, device="cuda")
+    model, _ = _models([2, 16, 3, (16, 1, 1, 1), -0.7, 0.9], modes=())
+    helpers.randomize_parameters(model, seed=6)
+    with torch.no_grad():
+        truth = model.double()(x.double())
+    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    for tf32 in (False, True):
+        out = ext.forward(x, w, m, -0.7, 0.9, 1e-5, tf32, torch.full(truth.shape, float("nan"), device="cuda"),
+                          cluster_size=1)
+        assert helpers.errors_vs(truth, out)["rel_l2"] < (2e-3 if tf32 else 1e-6), tf32
+
+
 @pytest.mark.parametrize("c_out", [4, 16])
 def test_tiles_per_warp_choices_agree(c_out):
     """Each tiles-per-warp instantiation (16 or 14 tiles for C_out <= 8, 8 or 7 for C_out <= 16) matches float64."""
