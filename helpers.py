@@ -277,7 +277,6 @@ def one_special_value_per_sample(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-
 def check_special_values(model: torch.nn.Module, fused: torch.nn.Module, x: torch.Tensor, *, tf32: bool) -> None:
     """Raise ParityError unless ``fused`` handles ``x`` (from ``one_special_value_per_sample``) as ``model`` does
     with TF32 off (PARITY.md's yardstick): the samples holding a NaN or infinity come out entirely NaN in both,
@@ -297,6 +296,7 @@ def check_special_values(model: torch.nn.Module, fused: torch.nn.Module, x: torc
         torch.testing.assert_close(got[special:], expected[special:], atol=tol, rtol=tol)
     except AssertionError as error:
         raise ParityError(f"check_special_values: the finite samples differ: {error}") from None
+
 
 @torch.no_grad()
 def randomize_parameters(model: torch.nn.Module, seed: int) -> None:

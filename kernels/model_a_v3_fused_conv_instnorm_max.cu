@@ -754,6 +754,9 @@ TapLayout pick_tap_layout(int c_in, int k, int h, int w, int ksteps, int64_t min
     return best;
 }
 
+// n8 tiles per warp for C_out output channels (NT): 1, 2 or 4.
+inline int n_tiles_for(int64_t c_out) { return c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4); }
+
 struct Plan {
     Params params{};
     int nt = 2;
@@ -805,7 +808,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     }
     const int64_t K = c_in * k * k * k;
     const int64_t ksteps = (K + 7) / 8;
-    const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
+    const int nt = n_tiles_for(c_out);
     const int64_t mt = mt_request > 0 ? mt_request : kTilesPerWarp / nt;
     const int64_t warps_max = warps_request > 0 ? warps_request : kDefaultWarps;
     const int64_t max_tiles = warps_max * mt;
@@ -845,24 +848,20 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     const int64_t warps = (tiles + mt - 1) / mt;
     // The envelope above is the fp32 mode's footprint with one box; a second box is added when it fits
     // (then the next sample's box loads while this one is computed).
-    const auto footprint = [&](bool prefetch) {
+    const auto footprint = [&](int64_t box_pitch, bool prefetch) {
         return SmemLayout{nt, split3}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
-                                            static_cast<int>(c_in), static_cast<int>(pitch), prefetch);
+                                            static_cast<int>(c_in), static_cast<int>(box_pitch), prefetch);
     };
-    const bool prefetch = footprint(true) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
+    const bool prefetch = footprint(pitch, true) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
     // A wider box pitch where it removes bank conflicts from the A-fragment loads and still fits.
     const TapLayout taps = pick_tap_layout(
         static_cast<int>(c_in), static_cast<int>(k), static_cast<int>(h), static_cast<int>(w), static_cast<int>(ksteps),
         pitch, [&](int64_t candidate) {
-            const int64_t saved = pitch;
-            pitch = candidate;
-            const bool fits = footprint(prefetch) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) &&
-                              static_cast<int64_t>(c_in) * candidate < (int64_t{1} << 31);
-            pitch = saved;
-            return fits;
+            return footprint(candidate, prefetch) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) &&
+                   static_cast<int64_t>(c_in) * candidate < (int64_t{1} << 31);
         });
     pitch = taps.pitch;
-    bytes = footprint(prefetch);
+    bytes = footprint(pitch, prefetch);
 
     Params& P = plan.params;
     P.c_in = static_cast<int>(c_in);
@@ -992,7 +991,7 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
         const int64_t per_sm = (resident + sms - 1) / sms;
         return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt;
     };
-    const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
+    const int nt = n_tiles_for(c_out);
     Plan best, first;  // first: the first candidate, whose verdict is reported when none applies
     std::string reason;
     bool found = false, have_first = false;
@@ -1047,7 +1046,7 @@ Plan choose_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::Int
 
 // The tiles_per_warp knob: 0 (pick) or one of mt_choices for C_out's n-tiles.
 void check_tiles_per_warp(const char* who, int64_t tiles_per_warp, int64_t c_out) {
-    const int nt = c_out <= 8 ? 1 : (c_out <= 16 ? 2 : 4);
+    const int nt = n_tiles_for(c_out);
     std::string allowed;
     bool ok = tiles_per_warp == 0;
     for (const int mt : mt_choices(nt)) {
