@@ -26,8 +26,10 @@
 //   taps as the reduction (padded to a multiple of 8 with zero weights) and C_out as the columns.
 //   A row's input address is its flat index plus a per-tap constant: no index arithmetic per tap.
 //   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits each
-//   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step into a partial
-//   sum started from zero, then adds that to the accumulator in fp32 ("3xTF32"); the TF32 mode
+//   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step ("3xTF32"): for up
+//   to 16 k-steps (C_in k^3 <= 128; the KernelBench size has 11) straight into the accumulator, beyond that
+//   into a partial sum started from zero and added to the accumulator in fp32 (the tensor cores' own
+//   accumulation truncates, and its error grows with the k-steps: see warp_gemm); the TF32 mode
 //   (allow_tf32) does one TF32 product per k-step, like cuDNN with allow_tf32: weights rounded to TF32,
 //   inputs truncated to TF32 by the tensor cores (see step 3 of the kernel).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
@@ -54,13 +56,14 @@
 //   offsets; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.16 ms fp32-accurate and 0.09 ms
-//   TF32 (3x and 5.3x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.15 ms fp32-accurate and 0.09 ms
+//   TF32 (3.3x and 5.3x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   18 us (fp32) and 10 us (TF32) each. In the TF32 mode the GEMM runs at the shared-memory bandwidth of
-//   its A-fragment loads (one wavefront each: see tap_of); in the fp32 mode it is bound by its three mma
-//   per k-step. The rest is the statistics, their exchange across the cluster and the epilogue, which
-//   leave the tensor cores idle.
+//   17 us (fp32) and 10 us (TF32) each. No unit is saturated (ncu: instructions issued in 36 % (TF32) and 47 %
+//   (fp32) of the scheduler cycles, 0.9-1.1 eligible warps of 4; the tensor cores busy about a fifth (TF32) and a
+//   third (fp32) of the time at the measured mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain
+//   of shared loads, mma and shuffles. The GEMM is about half the TF32 time and 70 % of the fp32 time. Two samples
+//   per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -119,6 +122,9 @@ constexpr int kMaxCluster = 16;         // Hopper's non-portable cluster limit
 constexpr int kMaxKernel = 5;
 constexpr int kMaxOutChannels = 32;     // NT <= 4
 constexpr int kStaticSmemReserve = 8192;  // the kernel's static shared memory (<= 5.2 KB) comes off the opt-in limit
+// fp32 mode: the 3xTF32 products accumulate in the tensor cores for up to this many k-steps (C_in * k^3 <= 8 x it),
+// where the error measured against float64 stays within half the fp32 bar (see warp_gemm).
+constexpr int kTcAccumulateMaxKsteps = 16;
 
 struct Params {
     const float* x;
@@ -137,6 +143,7 @@ struct Params {
     int ksteps;               // ceil(C_in * k^3 / 8)
     int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
+    int tc_accumulate;        // fp32 mode: 1: the 3xTF32 products accumulate in the tensor cores (see warp_gemm)
     int64_t batch;            // N
     double inv_count;         // 1 / (Do * Ho * Wo): the statistics' count per (sample, channel)
     float eps, lo, hi;
@@ -269,6 +276,73 @@ __host__ __device__ inline int tap_offset(int kk, int order, int c_in, int k, in
 __host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int k) {
     const Tap tap = tap_of(kk, order, c_in, k);
     return ((tap.ci * k + tap.kd) * k + tap.kh) * k + tap.kw;
+}
+
+// One warp's implicit GEMM for one sample: acc[i][j] += A(tile i) * W(n-tile j) over all k-steps. Every warp
+// computes all MT of its tiles, so the tile loop has no branch and the compiler can interleave the independent
+// mma chains of different tiles.
+// fp32 mode (SPLIT3): 3xTF32. TC_ACCUMULATE: the three products go straight into acc, accumulated by the tensor
+// cores, whose fp32 accumulation truncates instead of rounding to nearest; otherwise they go into a partial sum
+// started from zero at each k-step, which is added to acc in fp32 (8 more instructions per tile and k-step).
+// The host allows TC_ACCUMULATE up to kTcAccumulateMaxKsteps k-steps. Measured against float64 (H100, 3 seeds,
+// inputs in [0, 1) and +100; results/model_a/NOTES.md), the error as a fraction of the fp32 bar was at most 0.32
+// up to 17 k-steps, 0.56-0.83 at 27-63 and 1.16 (a failure) at 81; with the partial sum, at most 0.24 up to
+// 125 k-steps. Accumulating in the tensor cores saves 8 % at the KernelBench size (11 k-steps).
+template <int NT, int MT, bool SPLIT3, bool TC_ACCUMULATE>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* a_base, const int2* taps,
+                                          const float* weight_frag, int ksteps, int lane, int t) {
+    // A fragments are loaded as float and split in registers: hi = v rounded to TF32, lo = v - hi
+    // (3xTF32). The TF32 mode hands v to the tensor cores as it is: they read its top 19 bits, i.e. v
+    // truncated to TF32. Truncation has the same error spread as rounding (uniform over one TF32 ulp instead
+    // of half an ulp either side) plus a bias of half an ulp toward zero, a relative scale of the conv
+    // output that InstanceNorm divides out; rounding cost two instructions per element, half the loop's.
+    // One shared load per element for either mode.
+    for (int s = 0; s < ksteps; ++s) {
+        const int2 off = taps[s * 4 + t];
+        uint32_t b[NT][SPLIT3 ? 4 : 2];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if constexpr (SPLIT3) {
+                const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
+                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+                b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
+            } else {
+                const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
+                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            const int r = i * 16;
+            const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
+            uint32_t a_hi[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
+            if constexpr (SPLIT3) {
+                uint32_t a_lo[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a_lo[e] = __float_as_uint(v[e] - __uint_as_float(a_hi[e]));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if constexpr (TC_ACCUMULATE) {
+                        mma_tf32(acc[i][j], a_lo, b[j][0], b[j][1]);
+                        mma_tf32(acc[i][j], a_hi, b[j][2], b[j][3]);
+                        mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
+                    } else {
+                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_tf32(part, a_lo, b[j][0], b[j][1]);
+                        mma_tf32(part, a_hi, b[j][2], b[j][3]);
+                        mma_tf32(part, a_hi, b[j][0], b[j][1]);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
+            }
+        }
+    }
 }
 
 // Sum over the 8 lanes of a quad column (same t, g = 0..7): the rows of an mma fragment.
@@ -462,54 +536,15 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
         // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
-        // rows past this CTA's share are dropped like any invalid row), so the tile loop has no branch and
-        // the compiler can interleave the independent mma chains of different tiles.
-        // A fragments are loaded as float and split in registers: hi = v rounded to TF32, lo = v - hi
-        // (3xTF32). The TF32 mode hands v to the tensor cores as it is: they read its top 19 bits, i.e. v
-        // truncated to TF32. Truncation has the same error spread as rounding (uniform over one TF32 ulp instead
-        // of half an ulp either side) plus a bias of half an ulp toward zero, a relative scale of the conv
-        // output that InstanceNorm divides out; rounding cost two instructions per element, half the loop's.
-        // One shared load per element for either mode.
+        // rows past this CTA's share are dropped like any invalid row): see warp_gemm.
         const float* a_base = box + warp * MT * 16 + g;
-        for (int s = 0; s < p.ksteps; ++s) {
-            const int2 off = taps[s * 4 + t];
-            uint32_t b[NT][SPLIT3 ? 4 : 2];
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                if constexpr (SPLIT3) {
-                    const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
-                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-                    b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
-                } else {
-                    const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
-                    b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-                const int r = i * 16;
-                const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
-                uint32_t a_hi[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
-                if constexpr (SPLIT3) {
-                    uint32_t a_lo[4];
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) a_lo[e] = __float_as_uint(v[e] - __uint_as_float(a_hi[e]));
-#pragma unroll
-                    for (int j = 0; j < NT; ++j) {
-                        float part[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma_tf32(part, a_lo, b[j][0], b[j][1]);
-                        mma_tf32(part, a_hi, b[j][2], b[j][3]);
-                        mma_tf32(part, a_hi, b[j][0], b[j][1]);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
-                }
-            }
+        if constexpr (SPLIT3) {
+            if (p.tc_accumulate)
+                warp_gemm<NT, MT, true, true>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+            else
+                warp_gemm<NT, MT, true, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+        } else {
+            warp_gemm<NT, MT, false, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
         }
 
         // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and
@@ -878,6 +913,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     P.ksteps = static_cast<int>(ksteps);
     P.warps = static_cast<int>(warps);
     P.prefetch = prefetch ? 1 : 0;
+    P.tc_accumulate = split3 && ksteps <= kTcAccumulateMaxKsteps ? 1 : 0;
     P.batch = batch;
     P.inv_count = 1.0 / static_cast<double>(od * oh * ow);
     plan.nt = nt;
@@ -1149,7 +1185,7 @@ std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t b
             {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"prefetch", plan.params.prefetch},
             {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))},
             {"tap_order", plan.params.tap_order}, {"box_pitch", plan.params.box_pitch},
-            {"a_load_wavefronts", plan.a_wavefronts}};
+            {"a_load_wavefronts", plan.a_wavefronts}, {"tc_accumulate", plan.params.tc_accumulate}};
 }
 
 }  // namespace model_a_v3
