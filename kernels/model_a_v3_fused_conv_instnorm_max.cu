@@ -59,9 +59,10 @@
 // Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.15 ms fp32-accurate and 0.09 ms
 //   TF32 (3.3x and 5.3x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   17 us (fp32) and 10 us (TF32) each. No unit is saturated (ncu: instructions issued in 36 % (TF32) and 47 %
-//   (fp32) of the scheduler cycles, 0.9-1.1 eligible warps of 4; the tensor cores busy about a fifth (TF32) and a
-//   third (fp32) of the time at the measured mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain
+//   17 us (fp32) and 10 us (TF32) each. No unit is saturated (ncu, measured before the fp32 products moved into the
+//   tensor cores' accumulation: instructions issued in 36 % (TF32) and 47 % (fp32) of the scheduler cycles, 0.9-1.1
+//   eligible warps of 4; the tensor cores busy about a fifth (TF32) and a third (fp32) of the time at the measured
+//   mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain
 //   of shared loads, mma and shuffles. The GEMM is about half the TF32 time and 70 % of the fp32 time. Two samples
 //   per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
