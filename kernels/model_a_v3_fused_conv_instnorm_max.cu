@@ -25,6 +25,11 @@
 //   ow >= Wo are computed and dropped: 14 % extra rows at the KernelBench size), the K = C_in * k^3
 //   taps as the reduction (padded to a multiple of 8 with zero weights) and C_out as the columns.
 //   A row's input address is its flat index plus a per-tap constant: no index arithmetic per tap.
+//   kh reuse (W a multiple of 16, k = 2 or 3; the KernelBench size): tap (ci, kd, kh, kw) of row q reads the
+//   word that tap (ci, kd, 0, kw) reads for row q + kh W. A warp that owns the same 16 columns of consecutive
+//   lines (od H + oh) therefore loads each A fragment once and multiplies it into the tiles of up to k lines,
+//   with the weights of the k kernel rows in registers: 9 fragment loads per tap step instead of 21 at the
+//   KernelBench size, for 12 k-steps of mma instead of 11 (warp_gemm_kh_reuse).
 //   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits each
 //   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step ("3xTF32"): for up
 //   to 16 k-steps (C_in k^3 <= 128; the KernelBench size has 11) straight into the accumulator, beyond that
@@ -43,7 +48,8 @@
 //   Persistent clusters of `cluster` CTAs (1..16): as many clusters as fit on the GPU at once (at most
 //   N), cluster i computing samples i, i + clusters, ... in turn. CTA r of a cluster owns the flat
 //   rows [r * S, (r + 1) * S) of each sample, S = 16 * tiles_per_cta. A warp owns MT consecutive m16
-//   tiles x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, or 14 for NT = 1, 2: 64 or
+//   tiles (with kh reuse: MT tiles W rows apart, the same 16 columns of MT consecutive lines, W / 16 warps
+//   side by side) x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, or 14 for NT = 1, 2: 64 or
 //   56 accumulators per thread); a CTA has ceil(tiles_per_cta / MT) <= 16 warps. The host picks MT and
 //   the cluster size with the least estimated time from the occupancy API (clusters must fit in one GPC,
 //   which leaves SMs idle for some sizes, and a CTA's warps are best spread evenly over the SM's 4
@@ -52,19 +58,20 @@
 //   copied with cp.async, zeros past the sample's end), as float: the GEMM splits each A element into
 //   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
 //   other one as soon as this one has arrived, so it loads while this sample is computed (where only
-//   one fits, it loads after the sample before). The weight fragments, pre-split; the per-k-step tap
-//   offsets; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
+//   one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
+//   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.15 ms fp32-accurate and 0.09 ms
-//   TF32 (3.3x and 5.3x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.15 ms fp32-accurate and 0.087 ms
+//   TF32 (3.3x and 5.6x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   17 us (fp32) and 10 us (TF32) each. No unit is saturated (ncu, measured before the fp32 products moved into the
-//   tensor cores' accumulation: instructions issued in 36 % (TF32) and 47 % (fp32) of the scheduler cycles, 0.9-1.1
-//   eligible warps of 4; the tensor cores busy about a fifth (TF32) and a third (fp32) of the time at the measured
-//   mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain
-//   of shared loads, mma and shuffles. The GEMM is about half the TF32 time and 70 % of the fp32 time. Two samples
-//   per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
+//   15 us (fp32) and 8.5 us (TF32) each, plus about 9 us per forward that nothing hides (launch, set-up,
+//   the first box). No unit is saturated (ncu, measured before kh reuse and before the fp32 products moved into
+//   the tensor cores' accumulation: instructions issued in 36 % (TF32) and 47 % (fp32) of the scheduler cycles,
+//   0.9-1.1 eligible warps of 4; the tensor cores busy about a fifth (TF32) and a third (fp32) of the time at
+//   the measured mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain of shared loads, mma and
+//   shuffles. kh reuse loads 57 % fewer A fragments and measured 4-6 % faster. Two samples per CTA, one per
+//   half of the warps taking turns at the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -88,12 +95,13 @@
 //       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
 //   ext.unsupported_reason(in_size, batch, c_in, c_out, kernel, device) -> "" when v3 applies, else why not
 //   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0,
-//               tiles_per_warp=0)
+//               tiles_per_warp=0, kh_reuse=True)
 //       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA, m16 tiles per warp (16 / NT
 //       or, for C_out <= 16, 14 / NT); any valid value gives the same result up to float rounding of the
-//       statistics)
+//       statistics; kh_reuse=False keeps the flat GEMM where kh reuse would apply, which changes the order
+//       of the k sum)
 //   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0,
-//                 tiles_per_warp=0)
+//                 tiles_per_warp=0, kh_reuse=True)
 //       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, ...)
 
 #include <torch/extension.h>
@@ -126,6 +134,12 @@ constexpr int kStaticSmemReserve = 8192;  // the kernel's static shared memory (
 // fp32 mode: the 3xTF32 products accumulate in the tensor cores for up to this many k-steps (C_in * k^3 <= 8 x it),
 // where the error measured against float64 stays within half the fp32 bar (see warp_gemm).
 constexpr int kTcAccumulateMaxKsteps = 16;
+// kh reuse (warp_gemm_kh_reuse) for kernels of side 2..kKhReuseMaxKernel: the weights of k kernel rows stay in
+// registers (k * NT * 4 per thread in the fp32 mode).
+constexpr int kKhReuseMaxKernel = 3;
+// Not built for the fp32 mode with 4 n-tiles (C_out > 16): 48 weight registers beside 64 accumulators made ptxas
+// spill 212 bytes. The host plans the flat GEMM there.
+__host__ __device__ constexpr bool kh_reuse_built(int nt, bool split3) { return !(split3 && nt == 4); }
 
 struct Params {
     const float* x;
@@ -141,10 +155,12 @@ struct Params {
     int tiles_per_cta;        // m16 tiles per CTA
     int box_pitch;            // floats between two channels of the input box (picked with tap_order: see below)
     int tap_order;            // how the reduction index runs over (ci, kd, kh, kw): see tap_of
-    int ksteps;               // ceil(C_in * k^3 / 8)
-    int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT)
+    int ksteps;               // ceil(C_in * k^3 / 8), or k * ceil(C_in * k^2 / 8) with kh reuse
+    int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT) (kh reuse: see warp_row0)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
     int tc_accumulate;        // fp32 mode: 1: the 3xTF32 products accumulate in the tensor cores (see warp_gemm)
+    int kh_reuse;             // 1: warp_gemm_kh_reuse (ksteps = k * tap_steps, warps own lines of W / 16 tiles)
+    int tap_steps;            // k-steps of the tap table: ksteps, or ceil(C_in * k^2 / 8) with kh reuse
     int64_t batch;            // N
     double inv_count;         // 1 / (Do * Ho * Wo): the statistics' count per (sample, channel)
     float eps, lo, hi;
@@ -252,30 +268,33 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 //   order 0: (ci, kd, kh, kw), kw fastest: nn.Conv3d's weight layout
 //   order 1: (kd, kh, ci, kw)
 //   order 2: (kd, kh, kw, ci)
+// With kh reuse (warp_gemm_kh_reuse) the index runs over the taps of kernel row kh = 0 only (kh_taps = 1):
+// the same three nestings without kh; the GEMM adds kh * W itself.
 struct Tap {
     int ci, kd, kh, kw;
 };
-__host__ __device__ inline Tap tap_of(int kk, int order, int c_in, int k) {
+__host__ __device__ inline Tap tap_of(int kk, int order, int c_in, int k, int kh_taps) {
     Tap tap;
     if (order == 0) {
-        tap.kw = kk % k; kk /= k; tap.kh = kk % k; kk /= k; tap.kd = kk % k; tap.ci = kk / k;
+        tap.kw = kk % k; kk /= k; tap.kh = kk % kh_taps; kk /= kh_taps; tap.kd = kk % k; tap.ci = kk / k;
     } else if (order == 1) {
-        tap.kw = kk % k; kk /= k; tap.ci = kk % c_in; kk /= c_in; tap.kh = kk % k; tap.kd = kk / k;
+        tap.kw = kk % k; kk /= k; tap.ci = kk % c_in; kk /= c_in; tap.kh = kk % kh_taps; tap.kd = kk / kh_taps;
     } else {
-        tap.ci = kk % c_in; kk /= c_in; tap.kw = kk % k; kk /= k; tap.kh = kk % k; tap.kd = kk / k;
+        tap.ci = kk % c_in; kk /= c_in; tap.kw = kk % k; kk /= k; tap.kh = kk % kh_taps; tap.kd = kk / kh_taps;
     }
     return tap;
 }
 // The tap's offset in the box; padded taps (kk >= K, zero weight) reuse the last real tap's word, which
 // is in the same load (taps are consecutive), so they add no wavefront.
-__host__ __device__ inline int tap_offset(int kk, int order, int c_in, int k, int box_pitch, int h, int w) {
-    const int last = c_in * k * k * k - 1;
-    const Tap tap = tap_of(kk < last ? kk : last, order, c_in, k);
+__host__ __device__ inline int tap_offset(int kk, int order, int c_in, int k, int kh_taps, int box_pitch, int h,
+                                          int w) {
+    const int last = c_in * k * k * kh_taps - 1;
+    const Tap tap = tap_of(kk < last ? kk : last, order, c_in, k, kh_taps);
     return tap.ci * box_pitch + (tap.kd * h + tap.kh) * w + tap.kw;
 }
 // nn.Conv3d's index of the tap's weight within one output channel.
-__host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int k) {
-    const Tap tap = tap_of(kk, order, c_in, k);
+__host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int k, int kh_taps) {
+    const Tap tap = tap_of(kk, order, c_in, k, kh_taps);
     return ((tap.ci * k + tap.kd) * k + tap.kh) * k + tap.kw;
 }
 
@@ -343,6 +362,103 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* 
                 for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
             }
         }
+    }
+}
+
+// The same GEMM with each A fragment loaded once for the k kernel rows kh (kh reuse; 2 <= k <= 3, W a multiple
+// of 16). A warp's tile i covers flat rows row0 + i W + (0..15): the same 16 columns of MT consecutive lines
+// (od H + oh) of the sample. Tap (ci, kd, kh, kw) of tile i reads box[rows(i) + kh W + off(ci, kd, 0, kw)] =
+// box[rows(i + kh) + off(ci, kd, 0, kw)]: the kh = 0 fragment of "tile" i + kh. So the warp loads the fragments
+// of MT + k - 1 lines per k-step of (ci, kd, kw) taps and multiplies each into up to k accumulator tiles, with
+// the weights of kernel rows 0..k-1 held in registers: (MT + k - 1) / (k MT) of the flat GEMM's A loads and
+// splits (9 / 21 at the KernelBench size), for ceil(C_in k^2 / 8) k / ceil(C_in k^3 / 8) of its mma (12 / 11).
+// Weight fragments: k-step s = s0 * k + kh (s0: the tap step, kh: the kernel row).
+template <int NT, int MT, bool SPLIT3, bool TC_ACCUMULATE>
+__device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], const float* a_base, int line,
+                                                   const int2* taps, const float* weight_frag, int tap_steps, int k,
+                                                   int lane, int t) {
+    constexpr int KH = kKhReuseMaxKernel;
+    for (int s0 = 0; s0 < tap_steps; ++s0) {
+        const int2 off = taps[s0 * 4 + t];
+        uint32_t b[KH][NT][SPLIT3 ? 4 : 2];
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int f = ((s0 * k + min(kh, k - 1)) * NT + j) * 32 + lane;  // kh >= k: loaded, never used
+                if constexpr (SPLIT3) {
+                    const float4 w4 = reinterpret_cast<const float4*>(weight_frag)[f];
+                    b[kh][j][0] = __float_as_uint(w4.x); b[kh][j][1] = __float_as_uint(w4.y);
+                    b[kh][j][2] = __float_as_uint(w4.z); b[kh][j][3] = __float_as_uint(w4.w);
+                } else {
+                    const float2 w2 = reinterpret_cast<const float2*>(weight_frag)[f];
+                    b[kh][j][0] = __float_as_uint(w2.x); b[kh][j][1] = __float_as_uint(w2.y);
+                }
+            }
+#pragma unroll
+        for (int q = 0; q < MT + KH - 1; ++q) {  // line q of the warp's MT + k - 1
+            if (q >= MT + k - 1) break;
+            const float* a = a_base + q * line;
+            const float v[4] = {a[off.x], a[8 + off.x], a[off.y], a[8 + off.y]};
+            uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
+                a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
+            }
+#pragma unroll
+            for (int kh = 0; kh < KH; ++kh) {
+                const int i = q - kh;  // the tile this line is kernel row kh of
+                if (i < 0 || i >= MT || kh >= k) continue;
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if constexpr (SPLIT3) {
+                        if constexpr (TC_ACCUMULATE) {
+                            mma_tf32(acc[i][j], a_lo, b[kh][j][0], b[kh][j][1]);
+                            mma_tf32(acc[i][j], a_hi, b[kh][j][2], b[kh][j][3]);
+                            mma_tf32(acc[i][j], a_hi, b[kh][j][0], b[kh][j][1]);
+                        } else {
+                            float part[4] = {0.f, 0.f, 0.f, 0.f};
+                            mma_tf32(part, a_lo, b[kh][j][0], b[kh][j][1]);
+                            mma_tf32(part, a_hi, b[kh][j][2], b[kh][j][3]);
+                            mma_tf32(part, a_hi, b[kh][j][0], b[kh][j][1]);
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
+                        }
+                    } else {
+                        mma_tf32(acc[i][j], a_hi, b[kh][j][0], b[kh][j][1]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The GEMM the plan chose: kh reuse or flat; in the fp32 mode, products accumulated in the tensor cores or in a
+// partial sum per k-step.
+template <int NT, int MT, bool SPLIT3>
+__device__ __forceinline__ void sample_gemm(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
+                                            const int2* taps, const float* weight_frag, int lane, int t) {
+    if constexpr (kh_reuse_built(NT, SPLIT3)) {
+        if (p.kh_reuse) {
+            if constexpr (SPLIT3) {
+                if (p.tc_accumulate)
+                    warp_gemm_kh_reuse<NT, MT, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
+                else
+                    warp_gemm_kh_reuse<NT, MT, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
+            } else {
+                warp_gemm_kh_reuse<NT, MT, false, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
+            }
+            return;
+        }
+    }
+    if constexpr (SPLIT3) {
+        if (p.tc_accumulate)
+            warp_gemm<NT, MT, true, true>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+        else
+            warp_gemm<NT, MT, true, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+    } else {
+        warp_gemm<NT, MT, false, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
     }
 }
 
@@ -424,7 +540,12 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const int rows = p.tiles_per_cta * 16;       // this CTA's share of the sample's rows
     const int rows_alloc = p.warps * MT * 16;    // rows its warps compute (>= rows)
     const int row0 = rank * rows;  // first flat row of this CTA
-    const int K = p.c_in * p.k * p.k * p.k;
+    const int kh_taps = p.kh_reuse ? 1 : p.k;    // kernel rows in the tap index (see tap_of)
+    const int K = p.c_in * p.k * p.k * kh_taps;  // taps in the tap index: C_in k^3, or C_in k^2 (kh = 0) with kh reuse
+    // This warp's tile i covers local rows warp_row0 + i * tile_stride + (0..15): MT consecutive tiles, or with kh
+    // reuse the same 16 columns of MT consecutive lines (W / 16 warps side by side per group of lines).
+    const int tile_stride = p.kh_reuse ? p.w : 16;
+    const int warp_row0 = p.kh_reuse ? (warp / (p.w / 16)) * MT * p.w + (warp % (p.w / 16)) * 16 : warp * MT * 16;
     const int first = static_cast<int>(blockIdx.x) / cluster_size;  // this cluster's first sample
 
     // Input box of sample n: channel ci, element j = x[n, ci, row0 + j] (0 past the sample's end), into
@@ -474,15 +595,17 @@ fused_conv_instnorm_max_kernel(const Params p) {
         valid_rows += __syncthreads_count(valid);
     }
     //    Weight fragments (hi and lo for 3xTF32) and tap offsets.
+    const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
     for (int i = tid; i < p.ksteps * NT * 32; i += threads) {
         const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
+        const int s0 = p.kh_reuse ? s / p.k : s, kh = p.kh_reuse ? s - s0 * p.k : 0;  // tap step, kernel row
         const int co = j * 8 + (fl >> 2);
-        const int k0 = s * 8 + (fl & 3), k1 = k0 + 4;
+        const int k0 = s0 * 8 + (fl & 3), k1 = k0 + 4;
         const float w0 = (co < p.c_out && k0 < K)
-                             ? __ldg(p.weight + static_cast<int64_t>(co) * K + tap_weight_index(k0, p.tap_order, p.c_in, p.k))
+                             ? __ldg(p.weight + co * weight_row + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) + kh * p.k)
                              : 0.f;
         const float w1 = (co < p.c_out && k1 < K)
-                             ? __ldg(p.weight + static_cast<int64_t>(co) * K + tap_weight_index(k1, p.tap_order, p.c_in, p.k))
+                             ? __ldg(p.weight + co * weight_row + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) + kh * p.k)
                              : 0.f;
         if constexpr (SPLIT3) {
             const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
@@ -491,10 +614,10 @@ fused_conv_instnorm_max_kernel(const Params p) {
             reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_value(w0), tf32_value(w1));
         }
     }
-    for (int i = tid; i < p.ksteps * 4; i += threads) {
-        const int kk = (i >> 2) * 8 + (i & 3);  // taps t and t + 4 of k-step i / 4
-        taps[i] = make_int2(tap_offset(kk, p.tap_order, p.c_in, p.k, p.box_pitch, p.h, p.w),
-                            tap_offset(kk + 4, p.tap_order, p.c_in, p.k, p.box_pitch, p.h, p.w));
+    for (int i = tid; i < p.tap_steps * 4; i += threads) {
+        const int kk = (i >> 2) * 8 + (i & 3);  // taps t and t + 4 of tap step i / 4
+        taps[i] = make_int2(tap_offset(kk, p.tap_order, p.c_in, p.k, kh_taps, p.box_pitch, p.h, p.w),
+                            tap_offset(kk + 4, p.tap_order, p.c_in, p.k, kh_taps, p.box_pitch, p.h, p.w));
     }
     //    This thread's rows (row_out is complete: __syncthreads_count is a barrier): valid bit (i, h) for
     //    rows g and g + 8 of its warp's tile i; the warp's count of valid rows.
@@ -504,7 +627,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const bool v = row_out[(warp * MT + i) * 16 + g + 8 * h] >= 0;
+            const bool v = row_out[warp_row0 + i * tile_stride + g + 8 * h] >= 0;
             valid_bits |= static_cast<uint32_t>(v) << (2 * i + h);
             warp_valid += __popc(__ballot_sync(0xffffffffu, v) & 0x11111111u);  // lanes t = 0: one per row
         }
@@ -538,15 +661,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
 
         // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
         // rows past this CTA's share are dropped like any invalid row): see warp_gemm.
-        const float* a_base = box + warp * MT * 16 + g;
-        if constexpr (SPLIT3) {
-            if (p.tc_accumulate)
-                warp_gemm<NT, MT, true, true>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
-            else
-                warp_gemm<NT, MT, true, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
-        } else {
-            warp_gemm<NT, MT, false, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
-        }
+        sample_gemm<NT, MT, SPLIT3>(acc, box + warp_row0 + g, p, taps, weight_frag, lane, t);
 
         // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and
         //    (y - c)^2 about a centre c of the channel, which only has to be near its values (the merge is exact
@@ -704,7 +819,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
             }
             const int h = t & 1;
             if (t < 2 && (valid_bits >> (2 * i + h) & 1u))
-                out_n[row_out[(warp * MT + i) * 16 + g + 8 * h]] = h ? best[1] : best[0];
+                out_n[row_out[warp_row0 + i * tile_stride + g + 8 * h]] = h ? best[1] : best[0];
         }
     }
     // Matches the last arrive: no CTA leaves while another may still store into its shared memory.
@@ -746,17 +861,18 @@ const DeviceLimits& device_limits(int device) {
     return it->second;
 }
 
-// Shared-memory wavefronts of one CTA-wide pass of A-fragment loads: for each k-step, the loads of taps
+// Shared-memory wavefronts of one CTA-wide pass of A-fragment loads: for each tap step, the loads of taps
 // t = 0..3 and t + 4 (each one per m16 half: the same count), with the words g + off(tap) for g = 0..7 and
-// 32 banks of 4 bytes. The ideal is 2 per k-step.
-int64_t a_load_wavefronts(int order, int box_pitch, int c_in, int k, int h, int w, int ksteps) {
+// 32 banks of 4 bytes. The ideal is 2 per tap step (a k-step of the flat GEMM; with kh reuse, the taps of
+// kernel row 0, whose loads serve all k rows).
+int64_t a_load_wavefronts(int order, int box_pitch, int c_in, int k, int kh_taps, int h, int w, int tap_steps) {
     int64_t total = 0;
-    for (int kk0 = 0; kk0 < 8 * ksteps; kk0 += 4) {
+    for (int kk0 = 0; kk0 < 8 * tap_steps; kk0 += 4) {
         int words[32][32];  // per bank, the distinct words it serves (at most 32)
         int count[32] = {};
         int worst = 0;
         for (int t = 0; t < 4; ++t) {
-            const int off = tap_offset(kk0 + t, order, c_in, k, box_pitch, h, w);
+            const int off = tap_offset(kk0 + t, order, c_in, k, kh_taps, box_pitch, h, w);
             for (int g = 0; g < 8; ++g) {
                 const int word = off + g, bank = word & 31;
                 bool seen = false;
@@ -778,12 +894,13 @@ struct TapLayout {
     int64_t wavefronts = 0;
 };
 template <typename Fits>
-TapLayout pick_tap_layout(int c_in, int k, int h, int w, int ksteps, int64_t min_pitch, const Fits& fits) {
-    TapLayout best{0, min_pitch, a_load_wavefronts(0, static_cast<int>(min_pitch), c_in, k, h, w, ksteps)};
+TapLayout pick_tap_layout(int c_in, int k, int kh_taps, int h, int w, int tap_steps, int64_t min_pitch,
+                          const Fits& fits) {
+    TapLayout best{0, min_pitch, a_load_wavefronts(0, static_cast<int>(min_pitch), c_in, k, kh_taps, h, w, tap_steps)};
     for (int64_t pitch = min_pitch; pitch <= min_pitch + 28; pitch += 4) {
         if (!fits(pitch)) break;
         for (int order = 0; order < 3; ++order) {
-            const int64_t waves = a_load_wavefronts(order, static_cast<int>(pitch), c_in, k, h, w, ksteps);
+            const int64_t waves = a_load_wavefronts(order, static_cast<int>(pitch), c_in, k, kh_taps, h, w, tap_steps);
             if (waves < best.wavefronts) best = TapLayout{order, pitch, waves};
         }
     }
@@ -799,7 +916,7 @@ struct Plan {
     int mt = 8;  // m16 tiles per warp (MT)
     int cluster = 1;
     size_t smem_bytes = 0;
-    int64_t a_wavefronts = 0;  // shared-memory wavefronts of one pass of A-fragment loads (ideal: 2 * ksteps)
+    int64_t a_wavefronts = 0;  // shared-memory wavefronts of one pass of A-fragment loads (ideal: 2 * tap_steps)
     std::string problem;  // empty when v3 applies
 };
 
@@ -807,7 +924,8 @@ struct Plan {
 // Everything but the pointers, from the sizes. `problem` says why v3 does not apply. The shared-memory
 // check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32.
 Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
-               bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request = 0) {
+               bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request,
+               bool kh_reuse_allowed) {
     Plan plan;
     const DeviceLimits& limits = device_limits(device);
     if (limits.major < 9) {
@@ -884,16 +1002,26 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     const int64_t warps = (tiles + mt - 1) / mt;
     // The envelope above is the fp32 mode's footprint with one box; a second box is added when it fits
     // (then the next sample's box loads while this one is computed).
-    const auto footprint = [&](int64_t box_pitch, bool prefetch) {
-        return SmemLayout{nt, split3}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(warps * mt),
+    const size_t smem_cap = static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
+    const auto footprint_for = [&](int64_t steps, int64_t box_pitch, bool prefetch) {
+        return SmemLayout{nt, split3}.total(static_cast<int>(steps), static_cast<int>(cs), static_cast<int>(warps * mt),
                                             static_cast<int>(c_in), static_cast<int>(box_pitch), prefetch);
     };
-    const bool prefetch = footprint(pitch, true) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve);
+    // kh reuse (warp_gemm_kh_reuse): each A fragment feeds the k kernel rows. Its warps own whole lines of
+    // W / 16 tiles side by side, so W must be a multiple of 16 and the warps a multiple of W / 16; its weight
+    // fragments (k * ceil(C_in k^2 / 8) k-steps, more than the flat GEMM's) must fit beside one box.
+    const int64_t tap_steps_reuse = (c_in * k * k + 7) / 8;
+    const bool kh_reuse = kh_reuse_allowed && kh_reuse_built(nt, split3) && k >= 2 && k <= kKhReuseMaxKernel && w % 16 == 0 &&
+                          warps % (w / 16) == 0 && footprint_for(k * tap_steps_reuse, pitch, false) <= smem_cap;
+    const int64_t ksteps_used = kh_reuse ? k * tap_steps_reuse : ksteps;
+    const int64_t tap_steps = kh_reuse ? tap_steps_reuse : ksteps;
+    const auto footprint = [&](int64_t box_pitch, bool prefetch) { return footprint_for(ksteps_used, box_pitch, prefetch); };
+    const bool prefetch = footprint(pitch, true) <= smem_cap;
     // A wider box pitch where it removes bank conflicts from the A-fragment loads and still fits.
     const TapLayout taps = pick_tap_layout(
-        static_cast<int>(c_in), static_cast<int>(k), static_cast<int>(h), static_cast<int>(w), static_cast<int>(ksteps),
-        pitch, [&](int64_t candidate) {
-            return footprint(candidate, prefetch) <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) &&
+        static_cast<int>(c_in), static_cast<int>(k), static_cast<int>(kh_reuse ? 1 : k), static_cast<int>(h),
+        static_cast<int>(w), static_cast<int>(tap_steps), pitch, [&](int64_t candidate) {
+            return footprint(candidate, prefetch) <= smem_cap &&
                    static_cast<int64_t>(c_in) * candidate < (int64_t{1} << 31);
         });
     pitch = taps.pitch;
@@ -911,10 +1039,12 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     P.tiles_per_cta = static_cast<int>(tiles);
     P.box_pitch = static_cast<int>(pitch);
     P.tap_order = taps.order;
-    P.ksteps = static_cast<int>(ksteps);
+    P.ksteps = static_cast<int>(ksteps_used);
+    P.kh_reuse = kh_reuse ? 1 : 0;
+    P.tap_steps = static_cast<int>(tap_steps);
     P.warps = static_cast<int>(warps);
     P.prefetch = prefetch ? 1 : 0;
-    P.tc_accumulate = split3 && ksteps <= kTcAccumulateMaxKsteps ? 1 : 0;
+    P.tc_accumulate = split3 && ksteps_used <= kTcAccumulateMaxKsteps ? 1 : 0;
     P.batch = batch;
     P.inv_count = 1.0 / static_cast<double>(od * oh * ow);
     plan.nt = nt;
@@ -1017,7 +1147,7 @@ std::string unschedulable(const Plan& plan, const std::string& why) {
 // batch this spreads a sample over more CTAs.
 Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
                           bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request,
-                          int64_t mt_request) {
+                          int64_t mt_request, bool kh_reuse) {
     // Estimated time: waves x (CTAs sharing the busiest SM) x (tiles of the busiest of the SM's 4 warp
     // schedulers: ceil(warps / 4) x MT). On an H100 at the KernelBench size it picks clusters of 8 CTAs of
     // 16 warps of 7 tiles, the fastest of the configurations measured (results/model_a/NOTES.md).
@@ -1035,7 +1165,8 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
     double best_cost = 0.0;
     for (const int mt : mt_choices(nt)) {
         if (mt_request > 0 && mt != mt_request) continue;
-        Plan plan = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cluster_request, warps_request, mt);
+        Plan plan = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cluster_request, warps_request, mt,
+                              kh_reuse);
         if (!have_first) {
             first = plan;
             have_first = true;
@@ -1044,7 +1175,8 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
         for (int64_t cs = plan.cluster; cs <= (cluster_request > 0 ? plan.cluster : kMaxCluster); ++cs) {
             Plan candidate = cs == plan.cluster
                                  ? plan
-                                 : make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cs, warps_request, mt);
+                                 : make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cs, warps_request, mt,
+                                             kh_reuse);
             if (!candidate.problem.empty()) break;  // more CTAs than 16-row tiles
             std::string why;
             const int clusters = active_clusters(candidate, split3, device, &why);
@@ -1067,17 +1199,18 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
 
 // choose_plan_uncached, remembered per problem (a forward should not pay for the search).
 Plan choose_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
-                 bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request) {
+                 bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request, int64_t mt_request,
+                 bool kh_reuse) {
     static std::mutex mutex;
     static std::map<std::vector<int64_t>, Plan> cache;
     std::vector<int64_t> key(in_size.begin(), in_size.end());
     key.insert(key.end(), kernel.begin(), kernel.end());
-    key.insert(key.end(), {c_in, c_out, device, split3, batch, cluster_request, warps_request, mt_request});
+    key.insert(key.end(), {c_in, c_out, device, split3, batch, cluster_request, warps_request, mt_request, kh_reuse});
     const std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end())
         it = cache.emplace(key, choose_plan_uncached(in_size, c_in, c_out, kernel, device, split3, batch,
-                                                     cluster_request, warps_request, mt_request)).first;
+                                                     cluster_request, warps_request, mt_request, kh_reuse)).first;
     return it->second;
 }
 
@@ -1100,7 +1233,8 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int6
                 std::to_string(device));
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
     for (const bool split3 : {true, false}) {
-        const Plan plan = choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), split3, batch, 0, 0, 0);
+        const Plan plan =
+            choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), split3, batch, 0, 0, 0, true);
         if (!plan.problem.empty()) return plan.problem;
     }
     return "";
@@ -1108,7 +1242,7 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int6
 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& multiplier,
                       double clamp_min, double clamp_max, double eps, bool allow_tf32, torch::Tensor out,
-                      int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp) {
+                      int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp, bool kh_reuse) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ", c10::toString(x.scalar_type()));
     TORCH_CHECK(x.dim() == 5, "forward: x must be 5-D (N, C_in, D, H, W), got shape ", str_of(x.sizes()));
@@ -1140,7 +1274,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const bool split3 = !allow_tf32;
     check_tiles_per_warp("forward", tiles_per_warp, c_out);
     Plan plan = choose_plan(x.sizes().slice(2), c_in, c_out, weight.sizes().slice(2), device, split3, N, cluster_size,
-                            warps_per_cta, tiles_per_warp);
+                            warps_per_cta, tiles_per_warp, kh_reuse);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     const int64_t od = x.size(2) - k + 1, oh = x.size(3) - k + 1, ow = x.size(4) - k + 1;
     TORCH_CHECK(od * oh * ow > 1, "forward: the conv output has one spatial element per channel; InstanceNorm3d "
@@ -1175,18 +1309,20 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 // The plan's choices, for notebooks and tests: cluster size, tiles per CTA, shared memory, n-tiles.
 std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
                                           std::vector<int64_t> kernel, bool allow_tf32, int64_t device,
-                                          int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp) {
+                                          int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp,
+                                          bool kh_reuse) {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
     check_tiles_per_warp("plan_info", tiles_per_warp, c_out);
     const Plan plan = choose_plan(in_size, c_in, c_out, kernel, static_cast<int>(device), !allow_tf32, batch,
-                                  cluster_size, warps_per_cta, tiles_per_warp);
+                                  cluster_size, warps_per_cta, tiles_per_warp, kh_reuse);
     TORCH_CHECK(plan.problem.empty(), "plan_info: outside v3's envelope: ", plan.problem);
     return {{"cluster_size", plan.cluster}, {"rows_per_cta", plan.params.tiles_per_cta * 16},
             {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)}, {"n_tiles", plan.nt}, {"m_tiles_per_warp", plan.mt},
             {"k_steps", plan.params.ksteps}, {"warps", plan.params.warps}, {"prefetch", plan.params.prefetch},
             {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))},
             {"tap_order", plan.params.tap_order}, {"box_pitch", plan.params.box_pitch},
-            {"a_load_wavefronts", plan.a_wavefronts}, {"tc_accumulate", plan.params.tc_accumulate}};
+            {"a_load_wavefronts", plan.a_wavefronts}, {"tc_accumulate", plan.params.tc_accumulate},
+            {"kh_reuse", plan.params.kh_reuse}, {"tap_steps", plan.params.tap_steps}};
 }
 
 }  // namespace model_a_v3
@@ -1202,8 +1338,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("forward", &model_a_v3::forward, "out[n,s] = max_c m_c*clamp(instnorm(m_c*conv3d(x))[n,c,s], lo, hi)",
           py::arg("x"), py::arg("weight"), py::arg("multiplier"), py::arg("clamp_min"), py::arg("clamp_max"),
           py::arg("eps"), py::arg("allow_tf32"), py::arg("out"), py::arg("cluster_size") = 0,
-          py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0);
+          py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0, py::arg("kh_reuse") = true);
     m.def("plan_info", &model_a_v3::plan_info, "the launch plan v3 picks for these sizes", py::arg("in_size"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kernel"), py::arg("allow_tf32"),
-          py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0);
+          py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0,
+          py::arg("kh_reuse") = true);
 }

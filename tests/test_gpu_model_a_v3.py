@@ -130,24 +130,31 @@ def test_random_configurations_parity():
 
 def test_cluster_sizes_agree():
     """Every cluster size that fits gives the same answer to float rounding (only the statistics' merge
-    order and the split of rows between CTAs change)."""
+    order and the split of rows between CTAs change), for each GEMM: the flat one, and kh reuse where the
+    plan takes it (its k-steps add in another order, so it is compared with itself here and with float64
+    in test_kh_reuse_matches_the_flat_gemm)."""
     ext = _v3_ext()
+    device = torch.cuda.current_device()
     torch.manual_seed(3)
     x = torch.rand(3, 3, 16, 32, 32, device="cuda")
     w = torch.randn(16, 3, 3, 3, 3, device="cuda") * 0.2
     m = torch.randn(16, device="cuda")
-    outs = {}
-    for cs in (7, 8, 14, 16):
-        out = torch.full((3, 14, 30, 30), float("nan"), device="cuda")
-        outs[cs] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, cluster_size=cs)
-    outs["8 warps"] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, torch.full_like(out, float("nan")),
-                                  warps_per_cta=8)
+    knobs = {cs: dict(cluster_size=cs) for cs in (7, 8, 14, 16)}
+    knobs["8 warps"] = dict(warps_per_cta=8)
     for mt in (7, 8):  # the two instantiations for C_out 9..16
         for cs in (8, 16):
-            outs[f"{cs} CTAs, {mt} tiles per warp"] = ext.forward(
-                x, w, m, -1.0, 1.0, 1e-5, False, torch.full_like(out, float("nan")), cluster_size=cs, tiles_per_warp=mt)
-    for cs, out in outs.items():
-        torch.testing.assert_close(out, outs[7], atol=2e-6, rtol=0, msg=f"cluster_size {cs}")
+            knobs[f"{cs} CTAs, {mt} tiles per warp"] = dict(cluster_size=cs, tiles_per_warp=mt)
+    for reuse in (False, True):
+        outs = {}  # per GEMM the plan took
+        for name, kw in knobs.items():
+            took = ext.plan_info([16, 32, 32], 3, 3, 16, [3, 3, 3], False, device, kh_reuse=reuse, **kw)["kh_reuse"]
+            out = torch.full((3, 14, 30, 30), float("nan"), device="cuda")
+            outs.setdefault(took, {})[name] = ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, out, kh_reuse=reuse, **kw)
+        assert set(outs) == ({0} if not reuse else {0, 1}), sorted(outs)
+        for took, group in outs.items():
+            first = next(iter(group.values()))
+            for name, out in group.items():
+                torch.testing.assert_close(out, first, atol=2e-6, rtol=0, msg=f"{name}, kh_reuse {took}")
     with pytest.raises(RuntimeError, match="does not fit"):
         ext.forward(x, w, m, -1.0, 1.0, 1e-5, False, torch.empty(3, 14, 30, 30, device="cuda"), cluster_size=2)
 
@@ -155,13 +162,17 @@ def test_cluster_sizes_agree():
 def test_plan_info_at_kernelbench_size():
     info = _v3_ext().plan_info([16, 32, 32], 128, 3, 16, [3, 3, 3], False, torch.cuda.current_device())
     assert info["cluster_size"] * info["rows_per_cta"] >= 14 * 32 * 32
-    assert info["n_tiles"] == 2 and info["k_steps"] == 11
+    # kh reuse: 4 steps of (ci, kd, kw) taps, each for the 3 kernel rows: 12 k-steps (the flat GEMM has 11).
+    assert info["n_tiles"] == 2 and info["kh_reuse"] == 1 and info["tap_steps"] == 4 and info["k_steps"] == 12, info
     assert info["prefetch"] == 1  # two boxes: the next sample's loads during this one
     # The tap order and box pitch make every A-fragment load one wavefront (the natural order has two).
-    assert info["a_load_wavefronts"] == 2 * info["k_steps"], info
+    assert info["a_load_wavefronts"] == 2 * info["tap_steps"], info
     # The warps of a CTA spread evenly over an SM's 4 schedulers where the tile count allows.
     assert info["warps"] * info["m_tiles_per_warp"] * 16 >= info["rows_per_cta"] and info["warps"] % 4 == 0, info
-    assert info["tc_accumulate"] == 1  # 11 k-steps: the 3xTF32 products accumulate in the tensor cores
+    assert info["tc_accumulate"] == 1  # 12 k-steps: the 3xTF32 products accumulate in the tensor cores
+    flat = _v3_ext().plan_info([16, 32, 32], 128, 3, 16, [3, 3, 3], False, torch.cuda.current_device(), kh_reuse=False)
+    assert flat["kh_reuse"] == 0 and flat["k_steps"] == flat["tap_steps"] == 11, flat
+    assert flat["a_load_wavefronts"] == 2 * flat["k_steps"], flat
 
 
 def test_cluster_of_one_cta():
@@ -247,13 +258,60 @@ def test_every_tap_order_matches_float64():
     chosen = {}
     for init, shape in _TAP_ORDER_CANDIDATES:
         info = ext.plan_info(list(shape[2:]), shape[0], init[0], init[1], [init[2]] * 3, False, device)
-        assert info["a_load_wavefronts"] >= 2 * info["k_steps"], info
+        assert info["a_load_wavefronts"] >= 2 * info["tap_steps"], info
         chosen.setdefault(info["tap_order"], (init, shape))
     assert set(chosen) == {0, 1, 2}, f"the candidate shapes cover tap orders {sorted(chosen)} only"
     for order, (init, shape) in sorted(chosen.items()):
         model, fused = _models(init)
         helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(20 + order,),
                              shifts=(0.0, 100.0), tf32={"v3 tf32"})
+
+
+# kh reuse needs W a multiple of 16, 2 <= k <= 3 and the warps of a CTA a multiple of W / 16; each case gives the
+# plan knobs (cluster size, tiles per warp; 0: pick) and whether the plan then takes kh reuse in the fp32 and TF32
+# modes (not built for the fp32 mode with C_out > 16).
+_KH_REUSE_CASES = [
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 3, 16, 32, 32), (8, 7), (1, 1)),  # the KernelBench plan, 2 samples
+    ([2, 5, 2, (5, 1, 1, 1), -0.6, 0.8], (3, 2, 7, 9, 16), (0, 0), (1, 1)),      # k 2, one n-tile, a block per line
+    ([4, 12, 3, (12, 1, 1, 1), -1.5, 0.5], (1, 4, 6, 11, 48), (2, 8), (1, 1)),   # batch 1, 3 blocks per line, 9 warps
+    ([1, 32, 3, (32, 1, 1, 1), -1.0, 1.0], (2, 1, 9, 10, 64), (9, 0), (0, 1)),   # C_out 32: TF32 only; 8 warps
+    ([7, 9, 3, (9, 1, 1, 1), 0.1, 0.7], (2, 7, 5, 5, 16), (0, 0), (1, 1)),       # C_in 7: 63 taps per kernel row
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 3, 8, 12, 31), (0, 0), (0, 0)),   # W 31: the flat GEMM
+]
+
+
+@pytest.mark.parametrize("init, shape, knobs, expected", _KH_REUSE_CASES)
+def test_kh_reuse_matches_the_flat_gemm(init, shape, knobs, expected):
+    """With kh reuse a warp owns the same 16 columns of consecutive lines and each A fragment feeds the k kernel
+    rows. Against float64, NaN-poisoned outputs, both modes, inputs at +0 and +100 (fp32); the flat GEMM on the
+    same inputs agrees to float rounding."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    c_in, c_out, k = init[0], init[1], init[2]
+    model, _ = _models(init, modes=())
+    helpers.randomize_parameters(model, seed=40)
+    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    for tf32, want in zip((False, True), expected):
+        info = ext.plan_info(list(shape[2:]), shape[0], c_in, c_out, [k] * 3, tf32, device, cluster_size=knobs[0],
+                             tiles_per_warp=knobs[1])
+        assert info["kh_reuse"] == want, (tf32, info)
+        for shift in ((0.0,) if tf32 else (0.0, 100.0)):
+            x = torch.rand(shape, device="cuda") + shift
+            with torch.no_grad():
+                truth = model.double()(x.double())
+            outs = {}
+            for reuse in (True, False):
+                out = torch.full(truth.shape, float("nan"), device="cuda")
+                outs[reuse] = ext.forward(x, w, m, init[4], init[5], 1e-5, tf32, out, cluster_size=knobs[0],
+                                          tiles_per_warp=knobs[1], kh_reuse=reuse)
+            yard = helpers.errors_vs(truth, outs[False])["rel_l2"]
+            err = helpers.errors_vs(truth, outs[True])
+            assert not outs[True].isnan().any()
+            if tf32:
+                assert err["rel_l2"] < 2e-3, err
+            else:  # within 2x the flat GEMM's error (itself inside PARITY.md's bar, checked elsewhere) + 1e-7
+                assert err["rel_l2"] <= 2 * yard + 1e-7, (shift, err, yard)
+            torch.testing.assert_close(outs[True], outs[False], atol=(5e-3 if tf32 else 5e-5 * (1 + shift)), rtol=0)
 
 
 def test_persistent_clusters_many_samples_each():
