@@ -70,8 +70,8 @@
 //   the tensor cores' accumulation: instructions issued in 36 % (TF32) and 47 % (fp32) of the scheduler cycles,
 //   0.9-1.1 eligible warps of 4; the tensor cores busy about a fifth (TF32) and a third (fp32) of the time at
 //   the measured mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain of shared loads, mma and
-//   shuffles. kh reuse loads 57 % fewer A fragments and measured 4-6 % faster. Two samples per CTA, one per
-//   half of the warps taking turns at the GEMM, measured slower (NOTES).
+//   shuffles. kh reuse loads 57 % fewer A fragments and measured about 5 % (fp32) and 7 % (TF32) faster. Two
+//   samples per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -372,12 +372,14 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* 
 // of MT + k - 1 lines per k-step of (ci, kd, kw) taps and multiplies each into up to k accumulator tiles, with
 // the weights of kernel rows 0..k-1 held in registers: (MT + k - 1) / (k MT) of the flat GEMM's A loads and
 // splits (9 / 21 at the KernelBench size), for ceil(C_in k^2 / 8) k / ceil(C_in k^3 / 8) of its mma (12 / 11).
-// Weight fragments: k-step s = s0 * k + kh (s0: the tap step, kh: the kernel row).
-template <int NT, int MT, bool SPLIT3, bool TC_ACCUMULATE>
+// Weight fragments: k-step s = s0 * k + kh (s0: the tap step, kh: the kernel row). KH = k is a template
+// parameter: with k known, the line loop has no exits and no predicates, and ptxas can issue the next line's
+// loads before this line's mma.
+template <int NT, int MT, int KH, bool SPLIT3, bool TC_ACCUMULATE>
 __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], const float* a_base, int line,
-                                                   const int2* taps, const float* weight_frag, int tap_steps, int k,
-                                                   int lane, int t) {
-    constexpr int KH = kKhReuseMaxKernel;
+                                                   const int2* taps, const float* weight_frag, int tap_steps, int lane,
+                                                   int t) {
+    static_assert(KH >= 2 && KH <= kKhReuseMaxKernel, "kh reuse: k = 2 .. kKhReuseMaxKernel");
     for (int s0 = 0; s0 < tap_steps; ++s0) {
         const int2 off = taps[s0 * 4 + t];
         uint32_t b[KH][NT][SPLIT3 ? 4 : 2];
@@ -385,7 +387,7 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
         for (int kh = 0; kh < KH; ++kh)
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
-                const int f = ((s0 * k + min(kh, k - 1)) * NT + j) * 32 + lane;  // kh >= k: loaded, never used
+                const int f = ((s0 * KH + kh) * NT + j) * 32 + lane;
                 if constexpr (SPLIT3) {
                     const float4 w4 = reinterpret_cast<const float4*>(weight_frag)[f];
                     b[kh][j][0] = __float_as_uint(w4.x); b[kh][j][1] = __float_as_uint(w4.y);
@@ -397,7 +399,6 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
             }
 #pragma unroll
         for (int q = 0; q < MT + KH - 1; ++q) {  // line q of the warp's MT + k - 1
-            if (q >= MT + k - 1) break;
             const float* a = a_base + q * line;
             const float v[4] = {a[off.x], a[8 + off.x], a[off.y], a[8 + off.y]};
             uint32_t a_hi[4], a_lo[4];
@@ -409,7 +410,7 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh) {
                 const int i = q - kh;  // the tile this line is kernel row kh of
-                if (i < 0 || i >= MT || kh >= k) continue;
+                if (i < 0 || i >= MT) continue;
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
                     if constexpr (SPLIT3) {
@@ -434,21 +435,32 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
     }
 }
 
+// kh reuse for kernel side KH in either accumulation of the fp32 mode.
+template <int NT, int MT, int KH, bool SPLIT3>
+__device__ __forceinline__ void warp_gemm_kh_reuse_mode(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
+                                                        const int2* taps, const float* weight_frag, int lane, int t) {
+    if constexpr (SPLIT3) {
+        if (p.tc_accumulate)
+            warp_gemm_kh_reuse<NT, MT, KH, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+        else
+            warp_gemm_kh_reuse<NT, MT, KH, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+    } else {
+        warp_gemm_kh_reuse<NT, MT, KH, false, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+    }
+}
+
 // The GEMM the plan chose: kh reuse or flat; in the fp32 mode, products accumulated in the tensor cores or in a
 // partial sum per k-step.
 template <int NT, int MT, bool SPLIT3>
 __device__ __forceinline__ void sample_gemm(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
                                             const int2* taps, const float* weight_frag, int lane, int t) {
     if constexpr (kh_reuse_built(NT, SPLIT3)) {
+        static_assert(kKhReuseMaxKernel == 3, "the dispatch below covers k = 2 and 3");
         if (p.kh_reuse) {
-            if constexpr (SPLIT3) {
-                if (p.tc_accumulate)
-                    warp_gemm_kh_reuse<NT, MT, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
-                else
-                    warp_gemm_kh_reuse<NT, MT, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
-            } else {
-                warp_gemm_kh_reuse<NT, MT, false, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, p.k, lane, t);
-            }
+            if (p.k == 3)
+                warp_gemm_kh_reuse_mode<NT, MT, 3, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t);
+            else
+                warp_gemm_kh_reuse_mode<NT, MT, 2, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t);
             return;
         }
     }
