@@ -55,23 +55,24 @@
 //   which leaves SMs idle for some sizes, and a CTA's warps are best spread evenly over the SM's 4
 //   schedulers): 8 CTAs of 16 warps of 7 tiles (1792 rows each) at the KernelBench size on an H100.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
-//   copied with cp.async, zeros past the sample's end), as float: the GEMM splits each A element into
+//   zeros past the sample's end; one bulk copy (TMA) per channel where H W % 4 == 0, cp.async of 4-byte
+//   elements elsewhere), as float: the GEMM splits each A element into
 //   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
 //   other one as soon as this one has arrived, so it loads while this sample is computed (where only
 //   one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
 //   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.15 ms fp32-accurate and 0.087 ms
-//   TF32 (3.3x and 5.6x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.145 ms fp32-accurate and 0.08 ms
+//   TF32 (3.4x and 6x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   15 us (fp32) and 8.5 us (TF32) each, plus about 9 us per forward that nothing hides (launch, set-up,
-//   the first box). No unit is saturated (ncu, measured before kh reuse and before the fp32 products moved into
-//   the tensor cores' accumulation: instructions issued in 36 % (TF32) and 47 % (fp32) of the scheduler cycles,
-//   0.9-1.1 eligible warps of 4; the tensor cores busy about a fifth (TF32) and a third (fp32) of the time at
-//   the measured mma.sync rate, 311 TFLOP/s TF32): each warp waits on its own chain of shared loads, mma and
-//   shuffles. kh reuse loads 57 % fewer A fragments and measured about 5 % (fp32) and 7 % (TF32) faster. Two
-//   samples per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
+//   15 us (fp32) and 8 us (TF32) each, plus about 9 us per forward that nothing hides (launch, set-up,
+//   the first box). No unit is saturated (ncu with kh reuse, before the bulk copies: instructions issued in
+//   45 % (TF32) and 42 % (fp32) of the scheduler cycles, 0.9 eligible warps of 4, the tensor pipe active 24 %
+//   and 41 % of the cycles): each warp waits on its own chain of shared loads, mma, shuffles and the cluster's
+//   statistics exchange (15 % of the TF32 stall samples). kh reuse loads 57 % fewer A fragments and measured about 5 % (fp32) and 7 % (TF32) faster; the
+//   box by bulk copies instead of 16-byte cp.async per thread (9 % of the TF32 kernel's instructions) 2 % and
+//   6 %. Two samples per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -183,10 +184,6 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 }
 
 // Asynchronous global -> shared copies. `bytes` < the copy size zero-fills the rest (0: src not read).
-__device__ __forceinline__ void cp_async_16(float* dst, const float* src, int bytes) {
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
-}
 __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int bytes) {
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
@@ -215,6 +212,21 @@ __device__ __forceinline__ void mbarrier_init(uint32_t barrier, uint32_t arrival
 }
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+// The input box by bulk copies (TMA): `bytes` (a multiple of 16) from global `src` to shared `dst`, both 16-byte
+// aligned, counted off the mbarrier at shared address `barrier`; the threads wait on that mbarrier (acquire).
+__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint32_t barrier) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(barrier) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait_cta(uint32_t barrier, uint32_t phase) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(barrier), "r"(phase) : "memory");
 }
 __device__ __forceinline__ void mbarrier_wait_cluster(uint32_t barrier, uint32_t phase) {
     asm volatile(
@@ -546,6 +558,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     __shared__ float4 coef[8 * NT];                   // (mu_hi, mu_lo, s, L) per channel, and H: see step 6
     __shared__ float coef_hi[8 * NT];
     __shared__ __align__(8) uint64_t gathered_full[2];  // per slot: all CTAs' statistics have arrived (step 5)
+    __shared__ __align__(8) uint64_t box_landed[2];     // per box buffer: its bulk copies have landed (step 2)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int threads = p.warps * 32;
@@ -560,36 +573,63 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const int warp_row0 = p.kh_reuse ? (warp / (p.w / 16)) * MT * p.w + (warp % (p.w / 16)) * 16 : warp * MT * 16;
     const int first = static_cast<int>(blockIdx.x) / cluster_size;  // this cluster's first sample
 
-    // Input box of sample n: channel ci, element j = x[n, ci, row0 + j] (0 past the sample's end), into
-    // `box` with cp.async (one commit group; waited on before the GEMM).
-    const bool vec = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
-    const auto copy_box = [&](int64_t n, float* box) {
+    // Input box of sample n into buffer b: channel ci, element j = x[n, ci, row0 + j], 0 past the sample's end.
+    // Where the channels' rows are 16-byte aligned (H W % 4 == 0 and x aligned): thread 0 requests one bulk copy per
+    // channel of the box_copy elements that exist, counted off box_landed[b]; the zeros past them are written once
+    // (step 1) and never overwritten. Elsewhere every thread copies 4-byte elements with cp.async (zero-filled past
+    // the end), in one commit group. wait_box(b) makes the box visible to every thread.
+    const bool bulk = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
+    const int remaining = p.plane - row0;  // elements of each channel from row0 on (> 0)
+    const int box_copy = min(p.box_pitch, remaining);
+    uint32_t landed_phase = 0;             // bit b: the phase of box_landed[b] to wait for next
+    const auto copy_box = [&](int64_t n, int b) {
         const float* xs = p.x + (n * p.c_in) * static_cast<int64_t>(p.plane);
-        const int remaining = p.plane - row0;  // elements of each channel from row0 on
-        for (int ci = 0; ci < p.c_in; ++ci) {
-            const float* src = xs + static_cast<int64_t>(ci) * p.plane + row0;
-            float* dst = box + ci * p.box_pitch;
-            if (vec) {
-                for (int j = 4 * tid; j < p.box_pitch; j += 4 * threads) {
-                    const int bytes = max(0, min(16, 4 * (remaining - j)));
-                    cp_async_16(dst + j, bytes > 0 ? src + j : xs, bytes);
-                }
-            } else {
+        float* box = boxes + b * box_floats;
+        if (bulk) {
+            if (tid == 0) {
+                const uint32_t landed = shared_address(&box_landed[b]);
+                mbarrier_arrive_expect_bytes(landed, static_cast<uint32_t>(p.c_in * box_copy) * sizeof(float));
+                for (int ci = 0; ci < p.c_in; ++ci)
+                    bulk_copy(box + ci * p.box_pitch, xs + static_cast<int64_t>(ci) * p.plane + row0,
+                              static_cast<uint32_t>(box_copy) * sizeof(float), landed);
+            }
+        } else {
+            for (int ci = 0; ci < p.c_in; ++ci) {
+                const float* src = xs + static_cast<int64_t>(ci) * p.plane + row0;
+                float* dst = box + ci * p.box_pitch;
                 for (int j = tid; j < p.box_pitch; j += threads)
                     cp_async_4(dst + j, j < remaining ? src + j : xs, j < remaining ? 4 : 0);
             }
+            cp_async_commit();
         }
-        cp_async_commit();
+    };
+    const auto wait_box = [&](int b) {
+        if (bulk) {
+            mbarrier_wait_cta(shared_address(&box_landed[b]), landed_phase >> b & 1u);
+            landed_phase ^= 1u << b;
+        } else {
+            cp_async_wait_all();
+            __syncthreads();
+        }
     };
 
     // 1. Once per CTA: the first sample's box is requested; while it flies, the tables every sample shares.
     if (tid == 0) {
         mbarrier_init(shared_address(&gathered_full[0]), 1);
         mbarrier_init(shared_address(&gathered_full[1]), 1);
+        mbarrier_init(shared_address(&box_landed[0]), 1);
+        mbarrier_init(shared_address(&box_landed[1]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
-    copy_box(first, boxes);
+    copy_box(first, 0);
+    //    The bulk copies' zeros past the sample's end, in every box buffer (the barriers below order them
+    //    before any read; the copies never write there).
+    if (bulk && box_copy < p.box_pitch) {
+        const int tail = p.box_pitch - box_copy;
+        for (int i = tid; i < (p.prefetch ? 2 : 1) * p.c_in * tail; i += threads)
+            boxes[(i / tail) * p.box_pitch + box_copy + i % tail] = 0.f;
+    }
     //    The row -> output offset table (-1: dropped), over all rows the warps compute (rows past this
     //    CTA's share belong to the next CTA and are dropped here), and the number of valid rows.
     int valid_rows = 0;
@@ -650,17 +690,21 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const float warp_inv = warp_valid > 0 ? 1.f / static_cast<float>(warp_valid) : 0.f;
     const double cta_count = valid_rows, cta_inv_count = valid_rows > 0 ? 1.0 / valid_rows : 0.0;
 
+    __syncthreads();  // the weight fragments and tap offsets are complete before any warp's first GEMM
+
     int parity = 0;
     uint32_t slot_phase = 0;  // bit s: the phase of slot s's mbarrier to wait for next
     for (int64_t n = first; n < p.batch; n += clusters, parity ^= 1) {
         // 2. The box of sample n: requested during the sample before into the other buffer (prefetch), or
         //    now into the only one (every warp is past the previous GEMM: the barriers of steps 4-6).
-        //    Once it is here, the next sample's box is requested into the other buffer.
-        float* box = boxes + (p.prefetch ? parity : 0) * box_floats;
-        if (!p.prefetch && n != first) copy_box(n, box);
-        cp_async_wait_all();
-        __syncthreads();
-        if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters, boxes + (parity ^ 1) * box_floats);
+        //    Once it is here, the next sample's box is requested into the other buffer, whose last readers (the
+        //    GEMM of the sample before) are past the barrier of step 4. With bulk copies no CTA barrier is needed
+        //    here: every thread waits on the box's mbarrier itself.
+        const int b = p.prefetch ? parity : 0;
+        const float* box = boxes + b * box_floats;
+        if (!p.prefetch && n != first) copy_box(n, 0);
+        wait_box(b);
+        if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters, b ^ 1);
 
         // 3. The implicit GEMM: rows = this warp's MT tiles, columns = NT x 8 channels, K in steps of 8.
         float acc[MT][NT][4];
