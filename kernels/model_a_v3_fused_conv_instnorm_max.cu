@@ -55,7 +55,7 @@
 //   which leaves SMs idle for some sizes, and a CTA's warps are best spread evenly over the SM's 4
 //   schedulers): 8 CTAs of 16 warps of 7 tiles (1792 rows each) at the KernelBench size on an H100.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
-//   zeros past the sample's end; one bulk copy (TMA) per channel where H W % 4 == 0, cp.async of 4-byte
+//   zeros past the sample's end; one bulk copy (TMA) per channel where D H W % 4 == 0, cp.async of 4-byte
 //   elements elsewhere), as float: the GEMM splits each A element into
 //   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
 //   other one as soon as this one has arrived, so it loads while this sample is computed (where only
@@ -63,16 +63,17 @@
 //   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.145 ms fp32-accurate and 0.08 ms
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.143 ms fp32-accurate and 0.080 ms
 //   TF32 (3.4x and 6x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
 //   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
 //   15 us (fp32) and 8 us (TF32) each, plus about 9 us per forward that nothing hides (launch, set-up,
 //   the first box). No unit is saturated (ncu with kh reuse, before the bulk copies: instructions issued in
 //   45 % (TF32) and 42 % (fp32) of the scheduler cycles, 0.9 eligible warps of 4, the tensor pipe active 24 %
 //   and 41 % of the cycles): each warp waits on its own chain of shared loads, mma, shuffles and the cluster's
-//   statistics exchange (15 % of the TF32 stall samples). kh reuse loads 57 % fewer A fragments and measured about 5 % (fp32) and 7 % (TF32) faster; the
-//   box by bulk copies instead of 16-byte cp.async per thread (9 % of the TF32 kernel's instructions) 2 % and
-//   6 %. Two samples per CTA, one per half of the warps taking turns at the GEMM, measured slower (NOTES).
+//   statistics exchange (15 % of the TF32 stall samples). kh reuse loads 57 % fewer A fragments and measured
+//   about 5 % (fp32) and 7 % (TF32) faster; the box by bulk copies instead of 16-byte cp.async per thread (9 % of
+//   the TF32 kernel's instructions) 2 % and 6 %. Two samples per CTA, one per half of the warps taking turns at
+//   the GEMM, measured slower (NOTES).
 //   results/model_a/NOTES.md has the measurements and what to try next.
 
 // Shapes and layouts
@@ -157,7 +158,7 @@ struct Params {
     int box_pitch;            // floats between two channels of the input box (picked with tap_order: see below)
     int tap_order;            // how the reduction index runs over (ci, kd, kh, kw): see tap_of
     int ksteps;               // ceil(C_in * k^3 / 8), or k * ceil(C_in * k^2 / 8) with kh reuse
-    int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT) (kh reuse: see warp_row0)
+    int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT) (kh reuse: warp_row0)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
     int tc_accumulate;        // fp32 mode: 1: the 3xTF32 products accumulate in the tensor cores (see warp_gemm)
     int kh_reuse;             // 1: warp_gemm_kh_reuse (ksteps = k * tap_steps, warps own lines of W / 16 tiles)
@@ -574,7 +575,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     const int first = static_cast<int>(blockIdx.x) / cluster_size;  // this cluster's first sample
 
     // Input box of sample n into buffer b: channel ci, element j = x[n, ci, row0 + j], 0 past the sample's end.
-    // Where the channels' rows are 16-byte aligned (H W % 4 == 0 and x aligned): thread 0 requests one bulk copy per
+    // Where the channels are 16-byte aligned (D H W % 4 == 0 and x aligned): thread 0 requests one bulk copy per
     // channel of the box_copy elements that exist, counted off box_landed[b]; the zeros past them are written once
     // (step 1) and never overwritten. Elsewhere every thread copies 4-byte elements with cp.async (zero-filled past
     // the end), in one commit group. wait_box(b) makes the box visible to every thread.
@@ -653,12 +654,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
         const int s0 = p.kh_reuse ? s / p.k : s, kh = p.kh_reuse ? s - s0 * p.k : 0;  // tap step, kernel row
         const int co = j * 8 + (fl >> 2);
         const int k0 = s0 * 8 + (fl & 3), k1 = k0 + 4;
-        const float w0 = (co < p.c_out && k0 < K)
-                             ? __ldg(p.weight + co * weight_row + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) + kh * p.k)
-                             : 0.f;
-        const float w1 = (co < p.c_out && k1 < K)
-                             ? __ldg(p.weight + co * weight_row + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) + kh * p.k)
-                             : 0.f;
+        const int64_t w_co = co * weight_row + kh * p.k;  // kernel row kh of output channel co
+        const float w0 =
+            (co < p.c_out && k0 < K) ? __ldg(p.weight + w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps)) : 0.f;
+        const float w1 =
+            (co < p.c_out && k1 < K) ? __ldg(p.weight + w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps)) : 0.f;
         if constexpr (SPLIT3) {
             const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
             reinterpret_cast<float4*>(weight_frag)[i] = make_float4(h0, h1, w0 - h0, w1 - h1);
@@ -1067,11 +1067,14 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     // W / 16 tiles side by side, so W must be a multiple of 16 and the warps a multiple of W / 16; its weight
     // fragments (k * ceil(C_in k^2 / 8) k-steps, more than the flat GEMM's) must fit beside one box.
     const int64_t tap_steps_reuse = (c_in * k * k + 7) / 8;
-    const bool kh_reuse = kh_reuse_allowed && kh_reuse_built(nt, split3) && k >= 2 && k <= kKhReuseMaxKernel && w % 16 == 0 &&
-                          warps % (w / 16) == 0 && footprint_for(k * tap_steps_reuse, pitch, false) <= smem_cap;
+    const bool kh_reuse = kh_reuse_allowed && kh_reuse_built(nt, split3) && k >= 2 && k <= kKhReuseMaxKernel &&
+                          w % 16 == 0 && warps % (w / 16) == 0 &&
+                          footprint_for(k * tap_steps_reuse, pitch, false) <= smem_cap;
     const int64_t ksteps_used = kh_reuse ? k * tap_steps_reuse : ksteps;
     const int64_t tap_steps = kh_reuse ? tap_steps_reuse : ksteps;
-    const auto footprint = [&](int64_t box_pitch, bool prefetch) { return footprint_for(ksteps_used, box_pitch, prefetch); };
+    const auto footprint = [&](int64_t box_pitch, bool prefetch) {
+        return footprint_for(ksteps_used, box_pitch, prefetch);
+    };
     const bool prefetch = footprint(pitch, true) <= smem_cap;
     // A wider box pitch where it removes bank conflicts from the A-fragment loads and still fits.
     const TapLayout taps = pick_tap_layout(
