@@ -220,23 +220,28 @@ __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(barrier) : "memory");
 }
-__device__ __forceinline__ void mbarrier_wait_cta(uint32_t barrier, uint32_t phase) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(barrier), "r"(phase) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t barrier, uint32_t phase) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(barrier), "r"(phase) : "memory");
+// Wait until the mbarrier at shared address `barrier` completes the phase of parity `phase`. CTA scope for the
+// CTA's own bulk copies; cluster scope (acquire) for the statistics that other CTAs store with st.async.
+enum class WaitScope { kCta, kCluster };
+template <WaitScope SCOPE>
+__device__ __forceinline__ void mbarrier_wait(uint32_t barrier, uint32_t phase) {
+    if constexpr (SCOPE == WaitScope::kCluster) {
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT:\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra WAIT;\n"
+            "}\n" ::"r"(barrier), "r"(phase) : "memory");
+    } else {
+        asm volatile(
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT:\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+            "@!done bra WAIT;\n"
+            "}\n" ::"r"(barrier), "r"(phase) : "memory");
+    }
 }
 
 // TF32 operands. The tensor cores read the top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa
@@ -268,6 +273,28 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc += A * B for one tile and k-step in the mode's precision: one TF32 product (a_lo unused), or 3xTF32 with
+// b = (b_hi0, b_hi1, b_lo0, b_lo1): lo*hi + hi*lo + hi*hi, the small products first, either straight into acc
+// (TC_ACCUMULATE) or into a partial sum started from zero and added to acc in fp32 (see warp_gemm).
+template <bool SPLIT3, bool TC_ACCUMULATE>
+__device__ __forceinline__ void mma_step(float (&acc)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                         const uint32_t (&b)[SPLIT3 ? 4 : 2]) {
+    if constexpr (!SPLIT3) {
+        mma_tf32(acc, a_hi, b[0], b[1]);
+    } else if constexpr (TC_ACCUMULATE) {
+        mma_tf32(acc, a_lo, b[0], b[1]);
+        mma_tf32(acc, a_hi, b[2], b[3]);
+        mma_tf32(acc, a_hi, b[0], b[1]);
+    } else {
+        float part[4] = {0.f, 0.f, 0.f, 0.f};
+        mma_tf32(part, a_lo, b[0], b[1]);
+        mma_tf32(part, a_hi, b[2], b[3]);
+        mma_tf32(part, a_hi, b[0], b[1]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] += part[e];
+    }
 }
 
 // The reduction index kk of the implicit GEMM (0 <= kk < C_in * k^3) names a tap (ci, kd, kh, kw); its A
@@ -348,32 +375,14 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* 
         for (int i = 0; i < MT; ++i) {
             const int r = i * 16;
             const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
-            uint32_t a_hi[4];
+            uint32_t a_hi[4], a_lo[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
-            if constexpr (SPLIT3) {
-                uint32_t a_lo[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) a_lo[e] = __float_as_uint(v[e] - __uint_as_float(a_hi[e]));
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    if constexpr (TC_ACCUMULATE) {
-                        mma_tf32(acc[i][j], a_lo, b[j][0], b[j][1]);
-                        mma_tf32(acc[i][j], a_hi, b[j][2], b[j][3]);
-                        mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
-                    } else {
-                        float part[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma_tf32(part, a_lo, b[j][0], b[j][1]);
-                        mma_tf32(part, a_hi, b[j][2], b[j][3]);
-                        mma_tf32(part, a_hi, b[j][0], b[j][1]);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], a_hi, b[j][0], b[j][1]);
+            for (int e = 0; e < 4; ++e) {
+                a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
+                a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
             }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma_step<SPLIT3, TC_ACCUMULATE>(acc[i][j], a_hi, a_lo, b[j]);
         }
     }
 }
@@ -425,24 +434,7 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
                 const int i = q - kh;  // the tile this line is kernel row kh of
                 if (i < 0 || i >= MT) continue;
 #pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    if constexpr (SPLIT3) {
-                        if constexpr (TC_ACCUMULATE) {
-                            mma_tf32(acc[i][j], a_lo, b[kh][j][0], b[kh][j][1]);
-                            mma_tf32(acc[i][j], a_hi, b[kh][j][2], b[kh][j][3]);
-                            mma_tf32(acc[i][j], a_hi, b[kh][j][0], b[kh][j][1]);
-                        } else {
-                            float part[4] = {0.f, 0.f, 0.f, 0.f};
-                            mma_tf32(part, a_lo, b[kh][j][0], b[kh][j][1]);
-                            mma_tf32(part, a_hi, b[kh][j][2], b[kh][j][3]);
-                            mma_tf32(part, a_hi, b[kh][j][0], b[kh][j][1]);
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) acc[i][j][e] += part[e];
-                        }
-                    } else {
-                        mma_tf32(acc[i][j], a_hi, b[kh][j][0], b[kh][j][1]);
-                    }
-                }
+                for (int j = 0; j < NT; ++j) mma_step<SPLIT3, TC_ACCUMULATE>(acc[i][j], a_hi, a_lo, b[kh][j]);
             }
         }
     }
@@ -606,7 +598,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     };
     const auto wait_box = [&](int b) {
         if (bulk) {
-            mbarrier_wait_cta(shared_address(&box_landed[b]), landed_phase >> b & 1u);
+            mbarrier_wait<WaitScope::kCta>(shared_address(&box_landed[b]), landed_phase >> b & 1u);
             landed_phase ^= 1u << b;
         } else {
             cp_async_wait_all();
@@ -799,7 +791,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
             __syncthreads();
         } else {
             if (tid == 0) mbarrier_arrive_expect_bytes(slot_full, cluster_size * 8 * NT * sizeof(double3));
-            mbarrier_wait_cluster(slot_full, slot_phase >> parity & 1u);
+            mbarrier_wait<WaitScope::kCluster>(slot_full, slot_phase >> parity & 1u);
             slot_phase ^= 1u << parity;
         }
         // 6. Merge the cluster's (count, mean, M2), sixteen lanes per channel again (lane r: CTA r's part): mean
