@@ -572,7 +572,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     // (step 1) and never overwritten. Elsewhere every thread copies 4-byte elements with cp.async (zero-filled past
     // the end), in one commit group. wait_box(b) makes the box visible to every thread.
     const bool bulk = (p.plane % 4 == 0) && (reinterpret_cast<uintptr_t>(p.x) % 16 == 0);
-    const int remaining = p.plane - row0;  // elements of each channel from row0 on (> 0)
+    const int remaining = p.plane - row0;  // elements of each channel from row0 on (> 0: the plan gives every CTA rows)
     const int box_copy = min(p.box_pitch, remaining);
     uint32_t landed_phase = 0;             // bit b: the phase of box_landed[b] to wait for next
     const auto copy_box = [&](int64_t n, int b) {
@@ -1018,10 +1018,13 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     const int64_t total_tiles = (flat_rows + 15) / 16;
     const int64_t halo = (k - 1) * (h * w + w + 1);
 
-    // cs CTAs per sample: each takes `tiles` m16 tiles, computed by ceil(tiles / MT) warps of MT tiles.
+    // cs CTAs per sample: each takes `tiles` m16 tiles, computed by ceil(tiles / MT) warps of MT tiles. Every CTA
+    // must own at least one row of the sample (the kernel's box copy assumes row0 < D H W): e.g. 29 tiles over 13
+    // CTAs of 3 would leave the last 3 CTAs without rows, so 13 is refused there (15 CTAs of 2 tiles are not).
+    auto every_cta_has_rows = [&](int64_t cs) { return (cs - 1) * ((total_tiles + cs - 1) / cs) < total_tiles; };
     auto try_cluster = [&](int64_t cs, size_t& bytes, int64_t& tiles, int64_t& pitch) {
         tiles = (total_tiles + cs - 1) / cs;
-        if (tiles > max_tiles) return false;
+        if (tiles > max_tiles || !every_cta_has_rows(cs)) return false;
         const int64_t tiles_alloc = (tiles + mt - 1) / mt * mt;
         pitch = (tiles_alloc * 16 + halo + 3) / 4 * 4;
         bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(tiles_alloc),
@@ -1034,6 +1037,8 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         if (cluster_request > kMaxCluster || cluster_request > total_tiles ||
             !try_cluster(cluster_request, bytes, tiles, pitch)) {
             plan.problem = "cluster_size " + std::to_string(cluster_request) + " does not fit this problem";
+            if (cluster_request <= total_tiles && !every_cta_has_rows(cluster_request))
+                plan.problem += " (" + std::to_string(total_tiles) + " tiles of 16 rows would leave CTAs without rows)";
             return plan;
         }
         cs = cluster_request;
@@ -1228,7 +1233,7 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
                                  ? plan
                                  : make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cs, warps_request, mt,
                                              kh_reuse);
-            if (!candidate.problem.empty()) break;  // more CTAs than 16-row tiles
+            if (!candidate.problem.empty()) continue;  // e.g. CTAs without rows; a larger cs may fit again
             std::string why;
             const int clusters = active_clusters(candidate, split3, device, &why);
             if (clusters < 1) {
