@@ -1,0 +1,110 @@
+"""Parity of the fused models on fresh random configurations, on a CUDA GPU (a fuzz).
+
+The GPU tests check 50 random configurations per model with fixed seeds. This draws as many more as
+time allows, from the same generators (tests/test_gpu_model_*.py: sizes across each kernel's envelope
+and outside it, kernel sizes, clamp bounds of either sign, batch 1, odd sizes; ``--wide`` adds larger
+sizes for models A and B), each with fresh weights and inputs, and checks them as PARITY.md defines it
+(``helpers.parity_sweep``: the fp32-accurate and TF32 modes, inputs as drawn and shifted by +100 for A
+and B). Every failing case is printed with its seed; replay one with ``--start SEED --count 1``.
+
+A CUDA error is sticky (nothing more can run in the process): it is reported with its seed and the
+script stops; resume with ``--start SEED+1``. Exit status 1 if any case failed.
+
+    python scripts/fuzz_parity.py --model A --seconds 60 [--wide] [--start 0] [--count N]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import torch  # noqa: E402
+
+import helpers  # noqa: E402
+
+
+def wide_a(rng: random.Random):
+    """Model A, larger than the tests' generator: sides up to k + 40, batch up to 17, C_in up to 16."""
+    k = rng.randint(1, 5)
+    c_out = rng.choice([rng.randint(1, 32), rng.randint(1, 32), rng.randint(33, 64)])
+    c_in = rng.choice([rng.randint(1, 4), rng.randint(5, 16)])
+    lo = rng.uniform(-3.0, 1.0)
+    hi = lo + rng.choice([0.0, rng.uniform(0.01, 3.0)])
+    shape = (rng.choice([1, 2, 3, 7, 17]), c_in, *(k + rng.randint(0, 40) for _ in range(3)))
+    if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
+        shape = (*shape[:4], k + 1)
+    return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
+
+
+def wide_b(rng: random.Random):
+    """Model B: the tests' generator, half the time with H and W up to 150 larger."""
+    import test_gpu_model_b_v3 as TB
+    init, shape = TB._random_config(rng)
+    if rng.random() < 0.5:
+        shape = (rng.choice([1, 2, 9]), shape[1], shape[2] + rng.randint(0, 150), shape[3] + rng.randint(0, 150))
+    return init, shape
+
+
+def suite(model: str, wide: bool):
+    """(configuration generator, fused modules for an init, shifts, contenders judged in the TF32 mode)."""
+    if model == "A":
+        import test_gpu_model_a_v3 as TA
+        return (wide_a if wide else TA._random_config), TA._models, (0.0, 100.0), {"v3 tf32"}
+    if model == "B":
+        import test_gpu_model_b_v3 as TB
+        return (wide_b if wide else TB._random_config), TB._models, (0.0, 100.0), {"v3 tf32"}
+    import test_gpu_model_c as TC
+    from kernels import model_c_convtranspose3d_leaky_pool as C
+
+    def models(init):
+        model, fused = TC._models(init)
+        fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
+        return model, fused
+    return TC._random_config, models, (0.0,), {"v3 tf32"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("A", "B", "C"), required=True)
+    parser.add_argument("--seconds", type=float, default=60.0, help="stop drawing after this long (s)")
+    parser.add_argument("--count", type=int, default=None, help="stop after this many configurations")
+    parser.add_argument("--start", type=int, default=1_000_000, help="seed of the first configuration")
+    parser.add_argument("--wide", action="store_true", help="larger sizes (models A and B)")
+    args = parser.parse_args()
+    if not helpers.gpu_available():
+        print("No CUDA GPU visible: the fuzz needs one.")
+        return 0
+    generate, models, shifts, tf32 = suite(args.model, args.wide)
+    start, count, failing = time.perf_counter(), 0, 0
+    while time.perf_counter() - start < args.seconds and (args.count is None or count < args.count):
+        seed = args.start + count
+        init, shape = generate(random.Random(seed))
+        count += 1
+        try:
+            model, fused = models(init)
+            report = helpers.parity_sweep(model, fused, lambda s: [torch.rand(shape, device="cuda")], seeds=(seed,),
+                                          shifts=shifts, tf32=tf32, raise_on_failure=False)
+        except Exception as error:  # an error where PyTorch succeeds is a failure too
+            failing += 1
+            text = str(error).splitlines()[0] if str(error) else ""
+            print(f"ERROR seed {seed}: init {init}, input {shape}: {type(error).__name__}: {text}", flush=True)
+            if "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError":
+                print(f"a CUDA error is sticky: stopping; resume with --start {seed + 1}")
+                break
+            continue
+        bad = report[report["passed"] == False]  # noqa: E712  (None: not judged)
+        if len(bad):
+            failing += 1
+            print(f"FAIL seed {seed}: init {init}, input {shape}\n{bad.to_string()}", flush=True)
+    print(f"model {args.model}{' (wide)' if args.wide else ''}: {count} configurations from seed {args.start}, "
+          f"{failing} failing, {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
