@@ -244,3 +244,44 @@ def test_check_special_values_fails_when_a_special_value_is_lost():
     helpers.check_special_values(Normalise(), Normalise(), x, tf32=False)
     with pytest.raises(helpers.ParityError, match="not entirely NaN"):
         helpers.check_special_values(Normalise(), DropsNaN(), x, tf32=False)
+
+
+# ---- scripts/fuzz_parity.py: its wide generators (the GPU run itself needs a GPU) -----------
+
+def _fuzz_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(helpers.ROOT) / "scripts" / "fuzz_parity.py"
+    spec = importlib.util.spec_from_file_location("fuzz_parity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fuzz_wide_generators_draw_valid_configurations():
+    """Wide configurations have valid sizes, and the reference models run on them (the smaller ones, on the CPU)."""
+    import random
+    fuzz = _fuzz_script()
+    from kernels import model_b_conv2d_groupnorm_pool as B
+    for seed in range(40):
+        init, shape = fuzz.wide_a(random.Random(seed))
+        c_in, c_out, k = init[:3]
+        assert shape[1] == c_in and min(shape[2:]) >= k and max(shape[2:]) > k, (init, shape)
+        if math.prod(shape) <= 300_000:  # the reference runs on it (larger ones: the sizes are checked only)
+            out = A.Model(*init)(torch.rand(shape))
+            assert out.shape == (shape[0], *(s - k + 1 for s in shape[2:]))
+        init, shape = fuzz.wide_b(random.Random(seed))
+        k, pool = init[2], init[5]
+        assert shape[1] == init[0] and min(shape[2:]) >= k - 1 + pool, (init, shape)
+        if math.prod(shape) <= 300_000:
+            B.Model(*init)(torch.rand(shape))
+
+
+def test_fuzz_script_without_a_gpu_says_so():
+    if helpers.gpu_available():
+        pytest.skip("a GPU is visible: the script would run the fuzz")
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "scripts/fuzz_parity.py", "--model", "A", "--count", "1"],
+                            cwd=helpers.ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "No CUDA GPU visible" in result.stdout, result.stdout + result.stderr
