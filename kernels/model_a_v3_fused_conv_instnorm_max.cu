@@ -221,28 +221,25 @@ __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t
                  ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(barrier) : "memory");
 }
 // Wait until the mbarrier at shared address `barrier` completes the phase of parity `phase`. CTA scope for the
-// CTA's own bulk copies; cluster scope (acquire) for the statistics that other CTAs store with st.async.
+// CTA's own bulk copies; cluster scope (acquire) for the statistics that other CTAs store with st.async. One
+// loop in PTX for both, the scope spliced into its try_wait (a loop in C++ around a try_wait that returns a
+// flag compiled to different SASS, 16-24 more instructions in three instantiations).
+#define MODEL_A_MBARRIER_WAIT_LOOP(SEM_SCOPE)                                           \
+    "{\n"                                                                              \
+    ".reg .pred done;\n"                                                               \
+    "WAIT:\n"                                                                          \
+    "mbarrier.try_wait.parity" SEM_SCOPE ".shared::cta.b64 done, [%0], %1;\n"          \
+    "@!done bra WAIT;\n"                                                               \
+    "}\n"
 enum class WaitScope { kCta, kCluster };
 template <WaitScope SCOPE>
 __device__ __forceinline__ void mbarrier_wait(uint32_t barrier, uint32_t phase) {
-    if constexpr (SCOPE == WaitScope::kCluster) {
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT:\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-            "@!done bra WAIT;\n"
-            "}\n" ::"r"(barrier), "r"(phase) : "memory");
-    } else {
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT:\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-            "@!done bra WAIT;\n"
-            "}\n" ::"r"(barrier), "r"(phase) : "memory");
-    }
+    if constexpr (SCOPE == WaitScope::kCluster)
+        asm volatile(MODEL_A_MBARRIER_WAIT_LOOP(".acquire.cluster") ::"r"(barrier), "r"(phase) : "memory");
+    else
+        asm volatile(MODEL_A_MBARRIER_WAIT_LOOP("") ::"r"(barrier), "r"(phase) : "memory");
 }
+#undef MODEL_A_MBARRIER_WAIT_LOOP
 
 // TF32 operands. The tensor cores read the top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa
 // bits) and ignore the low 13, so v plus half a TF32 ulp is v rounded to nearest (ties away) for them.
@@ -273,6 +270,38 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One lane's weight fragment for one k-step and n-tile, at index f = (k-step * NT + n-tile) * 32 + lane of the
+// fragments the set-up wrote: (b_hi0, b_hi1, b_lo0, b_lo1) in one 16-byte load (fp32 mode), or (b0, b1) in one
+// 8-byte load (TF32 mode).
+template <bool SPLIT3>
+__device__ __forceinline__ void load_b_fragment(uint32_t (&b)[SPLIT3 ? 4 : 2], const float* weight_frag, int f) {
+    if constexpr (SPLIT3) {
+        const float4 w4 = reinterpret_cast<const float4*>(weight_frag)[f];
+        b[0] = __float_as_uint(w4.x); b[1] = __float_as_uint(w4.y);
+        b[2] = __float_as_uint(w4.z); b[3] = __float_as_uint(w4.w);
+    } else {
+        const float2 w2 = reinterpret_cast<const float2*>(weight_frag)[f];
+        b[0] = __float_as_uint(w2.x); b[1] = __float_as_uint(w2.y);
+    }
+}
+
+// One lane's A fragment of a 16-row tile whose rows start at `a` (the lane's row g already added), for the taps
+// at word offsets off.x (column t) and off.y (column t + 4): four shared loads as float. The fp32 mode splits
+// each value in registers, hi = v rounded to TF32 and lo = v - hi (3xTF32). The TF32 mode hands v to the tensor
+// cores as it is (a_lo unused): they read its top 19 bits, i.e. v truncated to TF32. Truncation has the same
+// error spread as rounding (uniform over one TF32 ulp instead of half an ulp either side) plus a bias of half an
+// ulp toward zero, a relative scale of the conv output that InstanceNorm divides out; rounding cost two
+// instructions per element, half the GEMM loop's.
+template <bool SPLIT3>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a_hi)[4], uint32_t (&a_lo)[4], const float* a, int2 off) {
+    const float v[4] = {a[off.x], a[8 + off.x], a[off.y], a[8 + off.y]};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
+        a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
+    }
 }
 
 // acc += A * B for one tile and k-step in the mode's precision: one TF32 product (a_lo unused), or 3xTF32 with
@@ -351,36 +380,15 @@ __host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int
 template <int NT, int MT, bool SPLIT3, bool TC_ACCUMULATE>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* a_base, const int2* taps,
                                           const float* weight_frag, int ksteps, int lane, int t) {
-    // A fragments are loaded as float and split in registers: hi = v rounded to TF32, lo = v - hi
-    // (3xTF32). The TF32 mode hands v to the tensor cores as it is: they read its top 19 bits, i.e. v
-    // truncated to TF32. Truncation has the same error spread as rounding (uniform over one TF32 ulp instead
-    // of half an ulp either side) plus a bias of half an ulp toward zero, a relative scale of the conv
-    // output that InstanceNorm divides out; rounding cost two instructions per element, half the loop's.
-    // One shared load per element for either mode.
     for (int s = 0; s < ksteps; ++s) {
         const int2 off = taps[s * 4 + t];
         uint32_t b[NT][SPLIT3 ? 4 : 2];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            if constexpr (SPLIT3) {
-                const float4 f = reinterpret_cast<const float4*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-                b[j][2] = __float_as_uint(f.z); b[j][3] = __float_as_uint(f.w);
-            } else {
-                const float2 f = reinterpret_cast<const float2*>(weight_frag)[(s * NT + j) * 32 + lane];
-                b[j][0] = __float_as_uint(f.x); b[j][1] = __float_as_uint(f.y);
-            }
-        }
+        for (int j = 0; j < NT; ++j) load_b_fragment<SPLIT3>(b[j], weight_frag, (s * NT + j) * 32 + lane);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-            const int r = i * 16;
-            const float v[4] = {a_base[r + off.x], a_base[r + 8 + off.x], a_base[r + off.y], a_base[r + 8 + off.y]};
             uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
-                a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
-            }
+            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + i * 16, off);
 #pragma unroll
             for (int j = 0; j < NT; ++j) mma_step<SPLIT3, TC_ACCUMULATE>(acc[i][j], a_hi, a_lo, b[j]);
         }
@@ -408,27 +416,12 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh)
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const int f = ((s0 * KH + kh) * NT + j) * 32 + lane;
-                if constexpr (SPLIT3) {
-                    const float4 w4 = reinterpret_cast<const float4*>(weight_frag)[f];
-                    b[kh][j][0] = __float_as_uint(w4.x); b[kh][j][1] = __float_as_uint(w4.y);
-                    b[kh][j][2] = __float_as_uint(w4.z); b[kh][j][3] = __float_as_uint(w4.w);
-                } else {
-                    const float2 w2 = reinterpret_cast<const float2*>(weight_frag)[f];
-                    b[kh][j][0] = __float_as_uint(w2.x); b[kh][j][1] = __float_as_uint(w2.y);
-                }
-            }
+            for (int j = 0; j < NT; ++j)
+                load_b_fragment<SPLIT3>(b[kh][j], weight_frag, ((s0 * KH + kh) * NT + j) * 32 + lane);
 #pragma unroll
         for (int q = 0; q < MT + KH - 1; ++q) {  // line q of the warp's MT + k - 1
-            const float* a = a_base + q * line;
-            const float v[4] = {a[off.x], a[8 + off.x], a[off.y], a[8 + off.y]};
             uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
-                a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
-            }
+            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + q * line, off);
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh) {
                 const int i = q - kh;  // the tile this line is kernel row kh of
