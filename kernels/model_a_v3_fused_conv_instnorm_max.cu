@@ -609,6 +609,27 @@ fused_conv_instnorm_max_kernel(const Params p) {
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
     copy_box(first, 0);
+    //    Weight fragments, step 1 of 2: each thread requests the raw weights (w0, w1) of its fragments
+    //    (k-step s, n-tile j, lane fl: taps k0 and k0 + 4 of channel co) into the fragment's first two floats with
+    //    4-byte cp.async, zero-filled where it pads past C_out or K. All of a thread's loads are in flight at
+    //    once; a load per fragment in turn cost a global-memory latency each (e.g. 44 in a row, about 35 us, in a
+    //    CTA of one warp with C_out 32). Step 2 splits them after the tables below.
+    const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
+    const int fragments = p.ksteps * NT * 32;
+    for (int i = tid; i < fragments; i += threads) {
+        const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
+        const int s0 = p.kh_reuse ? s / p.k : s, kh = p.kh_reuse ? s - s0 * p.k : 0;  // tap step, kernel row
+        const int co = j * 8 + (fl >> 2);
+        const int k0 = s0 * 8 + (fl & 3), k1 = k0 + 4;
+        const float* w_co = p.weight + co * weight_row + kh * p.k;  // kernel row kh of output channel co
+        float* slot = weight_frag + i * (SPLIT3 ? 4 : 2);
+        const bool real0 = co < p.c_out && k0 < K, real1 = co < p.c_out && k1 < K;
+        cp_async_4(slot, real0 ? w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
+                   real0 ? 4 : 0);
+        cp_async_4(slot + 1, real1 ? w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
+                   real1 ? 4 : 0);
+    }
+    cp_async_commit();
     //    The bulk copies' zeros past the sample's end, in every box buffer (the barriers below order them
     //    before any read; the copies never write there).
     if (bulk && box_copy < p.box_pitch) {
@@ -632,25 +653,21 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (r < rows_alloc) row_out[r] = offset;
         valid_rows += __syncthreads_count(valid);
     }
-    //    Weight fragments (hi and lo for 3xTF32) and tap offsets.
-    const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
-    for (int i = tid; i < p.ksteps * NT * 32; i += threads) {
-        const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
-        const int s0 = p.kh_reuse ? s / p.k : s, kh = p.kh_reuse ? s - s0 * p.k : 0;  // tap step, kernel row
-        const int co = j * 8 + (fl >> 2);
-        const int k0 = s0 * 8 + (fl & 3), k1 = k0 + 4;
-        const int64_t w_co = co * weight_row + kh * p.k;  // kernel row kh of output channel co
-        const float w0 =
-            (co < p.c_out && k0 < K) ? __ldg(p.weight + w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps)) : 0.f;
-        const float w1 =
-            (co < p.c_out && k1 < K) ? __ldg(p.weight + w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps)) : 0.f;
+    //    Weight fragments (hi and lo for 3xTF32), step 2 of 2: each thread splits the raw weights it requested
+    //    (step 1 above) in place, once they have landed (the wait also covers a cp.async box, which the GEMM
+    //    needs next anyway).
+    cp_async_wait_all();
+    for (int i = tid; i < fragments; i += threads) {
         if constexpr (SPLIT3) {
-            const float h0 = tf32_hi(w0), h1 = tf32_hi(w1);
-            reinterpret_cast<float4*>(weight_frag)[i] = make_float4(h0, h1, w0 - h0, w1 - h1);
+            float4& f = reinterpret_cast<float4*>(weight_frag)[i];
+            const float h0 = tf32_hi(f.x), h1 = tf32_hi(f.y);
+            f = make_float4(h0, h1, f.x - h0, f.y - h1);
         } else {
-            reinterpret_cast<float2*>(weight_frag)[i] = make_float2(tf32_value(w0), tf32_value(w1));
+            float2& f = reinterpret_cast<float2*>(weight_frag)[i];
+            f = make_float2(tf32_value(f.x), tf32_value(f.y));
         }
     }
+    //    Tap offsets.
     for (int i = tid; i < p.tap_steps * 4; i += threads) {
         const int kk = (i >> 2) * 8 + (i & 3);  // taps t and t + 4 of tap step i / 4
         taps[i] = make_int2(tap_offset(kk, p.tap_order, p.c_in, p.k, kh_taps, p.box_pitch, p.h, p.w),
@@ -1189,6 +1206,13 @@ std::string unschedulable(const Plan& plan, const std::string& why) {
            " bytes of shared memory each cannot be scheduled on this GPU" + (why.empty() ? "" : " (" + why + ")");
 }
 
+// The set-up's share of the plan's estimated time (choose_plan_uncached), in tiles of GEMM on one warp scheduler,
+// times the CTA's warps. Each thread prepares ksteps * NT / warps weight fragments, and a tile is ksteps * NT mma
+// steps, so the set-up costs (cost of a fragment / cost of an mma step) / warps tiles. Measured on an H100 with
+// one warp per scheduler: about 0.85 us per fragment and 7.5 ns per mma step, a ratio of about 110; any value
+// from 50 to 113 ranked the 22 small-batch cases of results/model_a/NOTES.md (eighth round) equally well.
+constexpr double kSetupCost = 80.0;
+
 // The plan forward uses. Candidates: every tiles-per-warp choice (mt_choices) and, with cluster_request 0,
 // every cluster size from the smallest that fits to 16; the one with the least estimated time wins (see
 // `cost`), with waves = ceil(batch / clusters resident at once) from the occupancy API: a cluster must fit
@@ -1197,15 +1221,20 @@ std::string unschedulable(const Plan& plan, const std::string& why) {
 Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel, int device,
                           bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request,
                           int64_t mt_request, bool kh_reuse) {
-    // Estimated time: waves x (CTAs sharing the busiest SM) x (tiles of the busiest of the SM's 4 warp
-    // schedulers: ceil(warps / 4) x MT). On an H100 at the KernelBench size it picks clusters of 8 CTAs of
-    // 16 warps of 7 tiles, the fastest of the configurations measured (results/model_a/NOTES.md).
+    // Estimated time, in tiles of GEMM on one warp scheduler: waves x (CTAs sharing the busiest SM) x (tiles of
+    // the busiest of the SM's 4 schedulers: ceil(warps / 4) x MT), plus the set-up (kSetupCost / warps). Only
+    // clusters that hold a sample share the SMs: a batch smaller than the clusters that fit launches one cluster
+    // per sample. On an H100 at the KernelBench size it picks clusters of 8 CTAs of 16 warps of 7 tiles, the
+    // fastest of the configurations measured; for small batches it picked within 3 % of the fastest plan in
+    // 22 measured cases (results/model_a/NOTES.md, eighth round).
     const int sms = device_limits(device).sms;
     const auto cost = [&](const Plan& plan, int clusters) {
-        const int64_t waves = (std::max<int64_t>(batch, 1) + clusters - 1) / clusters;
-        const int64_t resident = static_cast<int64_t>(clusters) * plan.cluster;
-        const int64_t per_sm = (resident + sms - 1) / sms;
-        return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt;
+        const int64_t samples = std::max<int64_t>(batch, 1);
+        const int64_t waves = (samples + clusters - 1) / clusters;
+        const int64_t busy_ctas = std::min<int64_t>(samples, clusters) * plan.cluster;
+        const int64_t per_sm = (busy_ctas + sms - 1) / sms;
+        return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt +
+               kSetupCost / plan.params.warps;
     };
     const int nt = n_tiles_for(c_out);
     Plan best, first;  // first: the first candidate, whose verdict is reported when none applies
