@@ -3,9 +3,10 @@
 A plan is a (tiles per warp, cluster size) pair (the warps follow from them; see ``plan_info``). The
 kernel picks one with a cost model (``choose_plan_uncached`` in
 ``kernels/model_a_v3_fused_conv_instnorm_max.cu``); this forces each valid plan in turn through
-``forward(..., cluster_size, tiles_per_warp=...)`` and times them all in one ``helpers.benchmark``
-(CUDA events, L2 flushed before each run). Each forced plan's output is also compared with the
-picked plan's (they differ only in the order of sums: at most 1e-3 apart).
+``forward(..., cluster_size, tiles_per_warp=...)`` and times each with ``helpers.benchmark`` (CUDA
+events, L2 flushed before each run; each plan in a loop of its own, see ``sweep_one``). Each forced
+plan's output is also compared with the picked plan's (they differ only in the order of sums: at
+most 1e-3 apart).
 
 It prints, per configuration and mode, the picked plan, the fastest, and their ratio, then every
 plan's median; ``--csv`` saves one row per plan. The default configurations are the small batches
@@ -92,7 +93,12 @@ def sweep_one(ext, config, tf32: bool, runs: int) -> pd.DataFrame | None:
                 print(f"MISMATCH {config} tf32={tf32} {name}: max |difference| {gap}")
             plans[name] = info
             contenders[name] = lambda cs=cs, mt=mt, out=out: run(cs, mt, out)
-    timing = helpers.benchmark(contenders, runs=runs)
+    # Each plan in its own loop. A run that follows a run of other code was up to 10 us slower in the fp32 mode
+    # (results/model_a/NOTES.md, eighth round; by my reading the SM's instruction cache, which the L2 flush does
+    # not clear, though that was not isolated), and helpers.benchmark's rotation gives each contender a fixed
+    # predecessor: plans of one instantiation in a row would be favoured. Alone, every run follows a run of the
+    # same code, so all plans are timed alike.
+    timing = pd.concat([helpers.benchmark({name: fn}, runs=runs) for name, fn in contenders.items()])
     picked_name = f"cs{picked['cluster_size']}_mt{picked['m_tiles_per_warp']}"
     return pd.DataFrame([{
         "batch": n, "c_in": c_in, "c_out": c_out, "size": "x".join(map(str, size)), "k": k, "tf32": tf32,
