@@ -1161,20 +1161,24 @@ KernelFn kernel_for(int nt, int mt, bool split3) {
     return kernel_for_mode<4, 4>(split3);
 }
 
-int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr) {
+// With one_cta_per_sm, the clusters that fit with at most one CTA on each SM (the query asks for all of an SM's
+// shared memory): past that many, clusters share SMs even where other SMs are idle.
+int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr,
+                    bool one_cta_per_sm = false) {
     static std::mutex mutex;
-    static std::map<std::tuple<KernelFn, int, int, size_t>, std::pair<int, std::string>> cache;
+    static std::map<std::tuple<KernelFn, int, int, size_t, bool>, std::pair<int, std::string>> cache;
     const std::lock_guard<std::mutex> lock(mutex);
     const KernelFn kernel = kernel_for(plan.nt, plan.mt, split3);
-    const auto key = std::make_tuple(kernel, device, plan.cluster, plan.smem_bytes);
+    const auto key = std::make_tuple(kernel, device, plan.cluster, plan.smem_bytes, one_cta_per_sm);
     auto it = cache.find(key);
     if (it == cache.end()) {
         std::string failed;
         cudaFuncAttributes attributes{};
         cudaError_t status = cudaFuncGetAttributes(&attributes, kernel);
         if (status != cudaSuccess) failed = "cudaFuncGetAttributes";
+        int dynamic_max = 0;
         if (status == cudaSuccess) {
-            const int dynamic_max = device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
+            dynamic_max = device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
             status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_max);
             if (status != cudaSuccess) failed = "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)";
         }
@@ -1185,7 +1189,8 @@ int active_clusters(const Plan& plan, bool split3, int device, std::string* why 
         int clusters = 0;
         if (status == cudaSuccess) {
             cudaLaunchAttribute attr[1];
-            const cudaLaunchConfig_t config = launch_config(plan, 1, nullptr, attr);
+            cudaLaunchConfig_t config = launch_config(plan, 1, nullptr, attr);
+            if (one_cta_per_sm) config.dynamicSmemBytes = static_cast<size_t>(dynamic_max);
             status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
             if (status != cudaSuccess) failed = "cudaOccupancyMaxActiveClusters";
         }
@@ -1223,16 +1228,16 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
                           int64_t mt_request, bool kh_reuse) {
     // Estimated time, in tiles of GEMM on one warp scheduler: waves x (CTAs sharing the busiest SM) x (tiles of
     // the busiest of the SM's 4 schedulers: ceil(warps / 4) x MT), plus the set-up (kSetupCost / warps). Only
-    // clusters that hold a sample share the SMs: a batch smaller than the clusters that fit launches one cluster
-    // per sample. On an H100 at the KernelBench size it picks clusters of 8 CTAs of 16 warps of 7 tiles, the
-    // fastest of the configurations measured; for small batches it picked within 3 % of the fastest plan in
-    // 22 measured cases (results/model_a/NOTES.md, eighth round).
-    const int sms = device_limits(device).sms;
-    const auto cost = [&](const Plan& plan, int clusters) {
+    // clusters that hold a sample are busy (a batch smaller than the clusters that fit launches one cluster per
+    // sample), and they share SMs only past the `spread` clusters that fit one CTA per SM (a cluster must fit
+    // in one GPC: e.g. 7 clusters of 16 CTAs on a 132-SM H100). On an H100 at the KernelBench size it picks
+    // clusters of 8 CTAs of 16 warps of 7 tiles, the fastest of the configurations measured; for small batches
+    // it picked within 4 % of the fastest plan in 48 measured cases (results/model_a/NOTES.md, eighth round).
+    const auto cost = [&](const Plan& plan, int clusters, int spread) {
         const int64_t samples = std::max<int64_t>(batch, 1);
         const int64_t waves = (samples + clusters - 1) / clusters;
-        const int64_t busy_ctas = std::min<int64_t>(samples, clusters) * plan.cluster;
-        const int64_t per_sm = (busy_ctas + sms - 1) / sms;
+        const int64_t busy = std::min<int64_t>(samples, clusters);
+        const int64_t per_sm = (busy + spread - 1) / spread;
         return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt +
                kSetupCost / plan.params.warps;
     };
@@ -1262,7 +1267,8 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
                 if (reason.empty()) reason = unschedulable(candidate, why);
                 continue;
             }
-            const double c = cost(candidate, clusters);
+            const int spread = std::max(1, std::min(clusters, active_clusters(candidate, split3, device, nullptr, true)));
+            const double c = cost(candidate, clusters, spread);
             if (!found || c < best_cost) {
                 best = candidate;
                 best_cost = c;
