@@ -612,8 +612,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
     //    Weight fragments, step 1 of 2: each thread requests the raw weights (w0, w1) of its fragments
     //    (k-step s, n-tile j, lane fl: taps k0 and k0 + 4 of channel co) into the fragment's first two floats with
     //    4-byte cp.async, zero-filled where it pads past C_out or K. All of a thread's loads are in flight at
-    //    once; a load per fragment in turn cost a global-memory latency each (e.g. 44 in a row, about 35 us, in a
-    //    CTA of one warp with C_out 32). Step 2 splits them after the tables below.
+    //    once, where a load per fragment in turn cost a global-memory latency each (27 in a row per thread in CTAs
+    //    of 4 warps with C_out 32 and C_in 8: 4-7 % of such a forward). Step 2 splits them after the tables below.
     const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
     const int fragments = p.ksteps * NT * 32;
     for (int i = tid; i < fragments; i += threads) {
@@ -1211,12 +1211,14 @@ std::string unschedulable(const Plan& plan, const std::string& why) {
            " bytes of shared memory each cannot be scheduled on this GPU" + (why.empty() ? "" : " (" + why + ")");
 }
 
-// The set-up's share of the plan's estimated time (choose_plan_uncached), in tiles of GEMM on one warp scheduler,
-// times the CTA's warps. Each thread prepares ksteps * NT / warps weight fragments, and a tile is ksteps * NT mma
-// steps, so the set-up costs (cost of a fragment / cost of an mma step) / warps tiles. Measured on an H100 with
-// one warp per scheduler: about 0.85 us per fragment and 7.5 ns per mma step, a ratio of about 110; any value
-// from 50 to 113 ranked the 22 small-batch cases of results/model_a/NOTES.md (eighth round) equally well.
-constexpr double kSetupCost = 80.0;
+// A CTA's work that does not shrink with its tiles, as a share of the plan's estimated time (choose_plan_uncached),
+// in tiles of GEMM on one warp scheduler, times the CTA's warps: kCtaWorkCost / warps. What it stands for is fitted,
+// not derived. Small batches on an H100 run much slower in CTAs of few warps than the tile count says (a sample of
+// 13 tiles: 50 us in 13 CTAs of one warp, 20 us in one CTA of four), and the set-up (each thread prepares
+// ksteps * NT / warps weight fragments, of ksteps * NT mma steps per tile) is one such part; the rest was not
+// isolated. Any value from 50 to 113 ranked the 22 small-batch cases the model was fitted on equally well
+// (results/model_a/NOTES.md, eighth round).
+constexpr double kCtaWorkCost = 80.0;
 
 // The plan forward uses. Candidates: every tiles-per-warp choice (mt_choices) and, with cluster_request 0,
 // every cluster size from the smallest that fits to 16; the one with the least estimated time wins (see
@@ -1227,19 +1229,20 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
                           bool split3, int64_t batch, int64_t cluster_request, int64_t warps_request,
                           int64_t mt_request, bool kh_reuse) {
     // Estimated time, in tiles of GEMM on one warp scheduler: waves x (CTAs sharing the busiest SM) x (tiles of
-    // the busiest of the SM's 4 schedulers: ceil(warps / 4) x MT), plus the set-up (kSetupCost / warps). Only
+    // the busiest of the SM's 4 schedulers: ceil(warps / 4) x MT), plus kCtaWorkCost / warps. Only
     // clusters that hold a sample are busy (a batch smaller than the clusters that fit launches one cluster per
     // sample), and they share SMs only past the `spread` clusters that fit one CTA per SM (a cluster must fit
     // in one GPC: e.g. 7 clusters of 16 CTAs on a 132-SM H100). On an H100 at the KernelBench size it picks
-    // clusters of 8 CTAs of 16 warps of 7 tiles, the fastest of the configurations measured; for small batches
-    // it picked within 4 % of the fastest plan in 48 measured cases (results/model_a/NOTES.md, eighth round).
+    // clusters of 8 CTAs of 16 warps of 7 tiles, the fastest of the configurations measured; for batches of 1 to
+    // 64 it picked the fastest plan in 42 of 50 measured cases and one within 5 % in the other 8
+    // (scripts/plan_sweep_model_a.py; results/model_a/NOTES.md, eighth round).
     const auto cost = [&](const Plan& plan, int clusters, int spread) {
         const int64_t samples = std::max<int64_t>(batch, 1);
         const int64_t waves = (samples + clusters - 1) / clusters;
         const int64_t busy = std::min<int64_t>(samples, clusters);
         const int64_t per_sm = (busy + spread - 1) / spread;
         return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt +
-               kSetupCost / plan.params.warps;
+               kCtaWorkCost / plan.params.warps;
     };
     const int nt = n_tiles_for(c_out);
     Plan best, first;  // first: the first candidate, whose verdict is reported when none applies
