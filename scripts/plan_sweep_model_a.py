@@ -98,14 +98,14 @@ def sweep_one(ext, config, tf32: bool, runs: int) -> pd.DataFrame | None:
     # not clear, though that was not isolated), and helpers.benchmark's rotation gives each contender a fixed
     # predecessor: plans of one instantiation in a row would be favoured. Alone, every run follows a run of the
     # same code, so all plans are timed alike.
-    timing = pd.concat([helpers.benchmark({name: fn}, runs=runs) for name, fn in contenders.items()])
+    timing = {name: helpers.benchmark({name: fn}, runs=runs).loc[name, ["median_ms", "p10_ms", "p90_ms"]]
+              for name, fn in contenders.items()}
     picked_name = f"cs{picked['cluster_size']}_mt{picked['m_tiles_per_warp']}"
     return pd.DataFrame([{
         "batch": n, "c_in": c_in, "c_out": c_out, "size": "x".join(map(str, size)), "k": k, "tf32": tf32,
         "plan": name, "picked": name == picked_name, "cluster_size": info["cluster_size"],
         "tiles_per_warp": info["m_tiles_per_warp"], "warps": info["warps"],
-        "active_clusters": info["active_clusters"], "median_ms": timing.loc[name, "median_ms"],
-        "p10_ms": timing.loc[name, "p10_ms"], "p90_ms": timing.loc[name, "p90_ms"]} for name, info in plans.items()])
+        "active_clusters": info["active_clusters"], **timing[name]} for name, info in plans.items()])
 
 
 def main() -> int:
