@@ -51,9 +51,11 @@
 //   tiles (with kh reuse: MT tiles W rows apart, the same 16 columns of MT consecutive lines, W / 16 warps
 //   side by side) x NT n8 tiles (NT = 1, 2, 4 for C_out <= 8, 16, 32; MT * NT = 16, or 14 for NT = 1, 2: 64 or
 //   56 accumulators per thread); a CTA has ceil(tiles_per_cta / MT) <= 16 warps. The host picks MT and
-//   the cluster size with the least estimated time from the occupancy API (clusters must fit in one GPC,
-//   which leaves SMs idle for some sizes, and a CTA's warps are best spread evenly over the SM's 4
-//   schedulers): 8 CTAs of 16 warps of 7 tiles (1792 rows each) at the KernelBench size on an H100.
+//   the cluster size with the least estimated time (choose_plan_uncached): waves and SM sharing from the
+//   occupancy API (clusters must fit in one GPC, which leaves SMs idle for some sizes; a batch smaller than
+//   the clusters that fit runs one cluster per sample), a CTA's warps best spread evenly over the SM's 4
+//   schedulers, and a fitted per-CTA cost that falls with its warps: 8 CTAs of 16 warps of 7 tiles (1792
+//   rows each) at the KernelBench size on an H100; scripts/plan_sweep_model_a.py times every plan.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
 //   zeros past the sample's end; one bulk copy (TMA) per channel where D H W % 4 == 0, cp.async of 4-byte
 //   elements elsewhere), as float: the GEMM splits each A element into
@@ -1234,7 +1236,7 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
     // sample), and they share SMs only past the `spread` clusters that fit one CTA per SM (a cluster must fit
     // in one GPC: e.g. 7 clusters of 16 CTAs on a 132-SM H100). On an H100 at the KernelBench size it picks
     // clusters of 8 CTAs of 16 warps of 7 tiles, the fastest of the configurations measured; for batches of 1 to
-    // 64 it picked the fastest plan in 42 of 50 measured cases and one within 5 % in the other 8
+    // 64 it picked the fastest plan in 42 of 50 measured cases and one within 6 % of it in the other 8
     // (scripts/plan_sweep_model_a.py; results/model_a/NOTES.md, eighth round).
     const auto cost = [&](const Plan& plan, int clusters, int spread) {
         const int64_t samples = std::max<int64_t>(batch, 1);
