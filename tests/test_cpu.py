@@ -285,3 +285,33 @@ def test_fuzz_script_without_a_gpu_says_so():
     result = subprocess.run([sys.executable, "scripts/fuzz_parity.py", "--model", "A", "--count", "1"],
                             cwd=helpers.ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "No CUDA GPU visible" in result.stdout, result.stdout + result.stderr
+
+
+# ---- scripts/plan_sweep_model_a.py: its configurations (the timing itself needs a GPU) ------
+
+def test_plan_sweep_configurations_are_valid():
+    """The sweep's configurations are distinct, inside v3's C_out envelope, and the reference model runs on them."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("plan_sweep_model_a",
+                                                  Path(helpers.ROOT) / "scripts" / "plan_sweep_model_a.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    configs = [*sweep.FITTED, *sweep.UNSEEN]
+    assert len(set(configs)) == len(configs)
+    for n, c_in, c_out, size, k in configs:
+        assert n >= 1 and 1 <= c_out <= 32 and min(size) >= k, (n, c_in, c_out, size, k)
+        assert sweep.tiles_per_warp_choices(c_out) in ((16, 14), (8, 7), (4,))
+        model = A.Model(c_in, c_out, k, (c_out, 1, 1, 1), -0.5, 0.7)
+        out = model(torch.rand(1, c_in, *size))
+        assert out.shape == (1, *(s - k + 1 for s in size))
+
+
+def test_plan_sweep_without_a_gpu_says_so():
+    if helpers.gpu_available():
+        pytest.skip("a GPU is visible: the script would time the plans")
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "scripts/plan_sweep_model_a.py", "--only-unseen"],
+                            cwd=helpers.ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "No CUDA GPU visible" in result.stdout, result.stdout + result.stderr
