@@ -301,7 +301,6 @@ def test_plan_sweep_configurations_are_valid():
     assert len(set(configs)) == len(configs)
     for n, c_in, c_out, size, k in configs:
         assert n >= 1 and 1 <= c_out <= 32 and min(size) >= k, (n, c_in, c_out, size, k)
-        assert sweep.tiles_per_warp_choices(c_out) in ((16, 14), (8, 7), (4,))
         model = A.Model(c_in, c_out, k, (c_out, 1, 1, 1), -0.5, 0.7)
         out = model(torch.rand(1, c_in, *size))
         assert out.shape == (1, *(s - k + 1 for s in size))
