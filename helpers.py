@@ -569,7 +569,9 @@ def measure_ceilings() -> dict | None:
     """Measure this GPU's ceilings: copy bandwidth (TB/s, bytes read + written) and GEMM rates.
 
     ``fp32_TFLOPs`` is an 8192^3 float32 matmul with TF32 off (the FFMA rate), ``tf32_TFLOPs``
-    the same with TF32 on. Takes a few seconds; returns None without a GPU.
+    the same with TF32 on, ``fp16_TFLOPs`` the same in float16 (the rate of FP16 tensor-core
+    products, which some fp32-accurate kernels split their operands into). Takes a few seconds;
+    returns None without a GPU.
     """
     if not gpu_available():
         return None
@@ -589,8 +591,11 @@ def measure_ceilings() -> dict | None:
         tf32_ms = _median_ms(lambda: a @ b, 10)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
+    a16, b16 = a.half(), b.half()
+    fp16_ms = _median_ms(lambda: a16 @ b16, 10)
     return {"gpu": torch.cuda.get_device_name(), "copy_TBps": 2 * 4 * n / copy_ms / 1e9,
-            "fp32_TFLOPs": flops / fp32_ms / 1e9, "tf32_TFLOPs": flops / tf32_ms / 1e9}
+            "fp32_TFLOPs": flops / fp32_ms / 1e9, "tf32_TFLOPs": flops / tf32_ms / 1e9,
+            "fp16_TFLOPs": flops / fp16_ms / 1e9}
 
 
 # ---------------------------------------------------------------------------------------------

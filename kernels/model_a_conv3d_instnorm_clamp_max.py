@@ -9,8 +9,9 @@ kernels), ``get_inputs()`` and ``get_init_inputs()`` at the KernelBench size.
 
 * ``variant="v3"`` (default): the whole model in one launch of
   ``kernels/model_a_v3_fused_conv_instnorm_max.cu``. Persistent thread-block clusters, one sample
-  at a time each, compute the conv on tensor cores (3xTF32 split products by default, fp32-accurate;
-  1xTF32 with ``allow_tf32=True``), keep it in registers while the InstanceNorm statistics are
+  at a time each, compute the conv on tensor cores (by default fp32-accurate: each operand scaled by
+  a power of two and split into two FP16 halves, three products; 1xTF32 with ``allow_tf32=True``),
+  keep it in registers while the InstanceNorm statistics are
   merged across the cluster, and write only the (N, D', H', W') output.
 * ``variant="v1"``: PyTorch's (cuDNN) Conv3d, then ``kernels/model_a_v1_fused_tail.cu``: one pass
   for the per-(n, c) statistics, one pass for normalise -> clamp -> x m -> max.
@@ -148,7 +149,7 @@ class ModelNew(nn.Module):
     """Model A fused: v3 in one kernel, v1 as cuDNN Conv3d + two CUDA passes (module docstring).
 
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``):
-    False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1 runs
+    False is fp32-accurate (PARITY.md's default mode: v3 uses split FP16 products, v1 runs
     cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv (v1).
     ``variant``: "v1" or "v3" (default).
     """

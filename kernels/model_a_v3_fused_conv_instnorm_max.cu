@@ -30,13 +30,19 @@
 //   lines (od H + oh) therefore loads each A fragment once and multiplies it into the tiles of up to k lines,
 //   with the weights of the k kernel rows in registers: 9 fragment loads per tap step instead of 21 at the
 //   KernelBench size, for 12 k-steps of mma instead of 11 (warp_gemm_kh_reuse).
-//   Tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation. The fp32-accurate default splits each
-//   operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo + hi*hi per k-step ("3xTF32"): for up
-//   to 16 k-steps (C_in k^3 <= 128; the KernelBench size has 11) straight into the accumulator, beyond that
-//   into a partial sum started from zero and added to the accumulator in fp32 (the tensor cores' own
-//   accumulation truncates, and its error grows with the k-steps: see warp_gemm); the TF32 mode
-//   (allow_tf32) does one TF32 product per k-step, like cuDNN with allow_tf32: weights rounded to TF32,
-//   inputs truncated to TF32 by the tensor cores (see step 3 of the kernel).
+//   Tensor cores, fp32 accumulation. The fp32-accurate default: mma.sync m16n8k16 with FP16 operands, each
+//   operand v (scaled by a power of two so that FP16's 5-bit exponent neither overflows nor underflows: per CTA
+//   and sample for the input, per output channel for the weights; undone exactly on the accumulators) split
+//   into v = hi + lo, two FP16 numbers, and lo*hi + hi*lo + hi*hi added per k16 step: an error of about 2^-22
+//   of each product, as "3xTF32" (FP16 and TF32 have the same 11-bit significand) at half the mma
+//   instructions, since FP16's mma takes k16 in the time TF32's takes k8 (the fp32 mode measured 13-14 % faster
+//   than with 3xTF32 at the KernelBench size). For up to 16 k8 steps (C_in k^3 <= 128; the KernelBench size has
+//   11) straight into the accumulator, beyond that into a partial sum started from zero per k16 step and added
+//   to the accumulator in fp32 (the tensor cores' own accumulation truncates, and its error grows with the
+//   k-steps: see warp_gemm). The TF32 mode (allow_tf32) does one m16n8k8 TF32 product per k8 step, like cuDNN
+//   with allow_tf32: weights rounded to TF32, inputs truncated to TF32 by the tensor cores (see
+//   load_a_fragment); FP16 operands there measured 12 % slower (the scaling and conversion cost more than the
+//   halved mma saved).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
 //   sums (y - c) and (y - c)^2, all from registers and shuffles; sixteen lanes per channel combine the
 //   warps' (count, mean, M2) in float64 (no division: the inverse counts are computed once) and store the
@@ -58,18 +64,19 @@
 //   rows each) at the KernelBench size on an H100; scripts/plan_sweep_model_a.py times every plan.
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
 //   zeros past the sample's end; one bulk copy (TMA) per channel where D H W % 4 == 0, cp.async of 4-byte
-//   elements elsewhere), as float: the GEMM splits each A element into
-//   TF32 hi (and lo) in registers. Two boxes where they fit: the next sample's box is requested into the
+//   elements elsewhere), as float: the GEMM loads A elements as they are (TF32 mode) or scales and splits
+//   them into FP16 hi and lo in registers (fp32 mode). Two boxes where they fit: the next sample's box is requested into the
 //   other one as soon as this one has arrived, so it loads while this sample is computed (where only
 //   one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
 //   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
-// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.143 ms fp32-accurate and 0.080 ms
-//   TF32 (3.4x and 6x torch.compile), far from the floors (0.08 ms for the conv at the FP32 FFMA
-//   rate). Each cluster computes 8-9 samples in turn (15 clusters of 8 CTAs fit on 132 SMs), about
-//   15 us (fp32) and 8 us (TF32) each, plus about 9 us per forward that nothing hides (launch, set-up,
-//   the first box). No unit is saturated (ncu with kh reuse, before the bulk copies: instructions issued in
+// Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.126 ms fp32-accurate and 0.080 ms
+//   TF32 (3.9x and 6.1x torch.compile in a probe run; the notebook's timing.csv is the run of record), far
+//   from the floors (0.08 ms for the conv at the FP32 FFMA rate). Each cluster computes 8-9 samples in turn
+//   (15 clusters of 8 CTAs fit on 132 SMs), about 13 us (fp32) and 8 us (TF32) each, plus about 9 us per
+//   forward that nothing hides (launch, set-up, the first box). No unit is saturated (ncu with kh reuse,
+//   before the bulk copies and the FP16 split: instructions issued in
 //   45 % (TF32) and 42 % (fp32) of the scheduler cycles, 0.9 eligible warps of 4, the tensor pipe active 24 %
 //   and 41 % of the cycles): each warp waits on its own chain of shared loads, mma, shuffles and the cluster's
 //   statistics exchange (15 % of the TF32 stall samples). kh reuse loads 57 % fewer A fragments and measured
@@ -90,8 +97,8 @@
 //   dilation 1, groups 1; 1 <= C_out <= 32; any N >= 0, C_in >= 1, D, H, W >= k with more than one
 //   output position; a sample's flat rows (Do * H * W) spread over at most 16 CTAs, and the input box
 //   plus weight fragments fitting in the GPU's shared memory (227 KB on an H100, less 8 KB kept for
-//   static shared memory). The KernelBench size takes 116 KB per CTA (fp32 mode, two boxes). Larger
-//   C_in * k^3 (e.g. C_in 16 with k = 5) or larger samples (e.g. 64 x 64 x 64) fall outside and run v1.
+//   static shared memory). The KernelBench size takes 114 016 bytes per CTA (two boxes). Larger
+//   C_in * k^3 (e.g. C_in 64 with k = 5) or larger samples (e.g. 64 x 64 x 64) fall outside and run v1.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_a_v3", cpp_sources="",
@@ -114,6 +121,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <cooperative_groups.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -135,11 +143,11 @@ constexpr int kMaxCluster = 16;         // Hopper's non-portable cluster limit
 constexpr int kMaxKernel = 5;
 constexpr int kMaxOutChannels = 32;     // NT <= 4
 constexpr int kStaticSmemReserve = 8192;  // the kernel's static shared memory (<= 5.2 KB) comes off the opt-in limit
-// fp32 mode: the 3xTF32 products accumulate in the tensor cores for up to this many k-steps (C_in * k^3 <= 8 x it),
+// fp32 mode: the split products accumulate in the tensor cores for up to this many k8 steps (C_in * k^3 <= 8 x it),
 // where the error measured against float64 stays within half the fp32 bar (see warp_gemm).
 constexpr int kTcAccumulateMaxKsteps = 16;
 // kh reuse (warp_gemm_kh_reuse) for kernels of side 2..kKhReuseMaxKernel: the weights of k kernel rows stay in
-// registers (k * NT * 4 per thread in the fp32 mode).
+// registers (k * NT * 4 per thread and k16 step in the fp32 mode, k * NT * 2 per k8 step in the TF32 mode).
 constexpr int kKhReuseMaxKernel = 3;
 // Not built for the fp32 mode with 4 n-tiles (C_out > 16): 48 weight registers beside 64 accumulators made ptxas
 // spill 212 bytes. The host plans the flat GEMM there.
@@ -159,10 +167,11 @@ struct Params {
     int tiles_per_cta;        // m16 tiles per CTA
     int box_pitch;            // floats between two channels of the input box (picked with tap_order: see below)
     int tap_order;            // how the reduction index runs over (ci, kd, kh, kw): see tap_of
-    int ksteps;               // ceil(C_in * k^3 / 8), or k * ceil(C_in * k^2 / 8) with kh reuse
+    int ksteps;               // k8 steps: ceil(C_in * k^3 / 8), or k * ceil(C_in * k^2 / 8) with kh reuse (fp32
+                              // mode: each ceil rounded up to even, for its k16 steps)
     int warps;                // warps per CTA (<= 16); warp w owns tiles [w * MT, (w + 1) * MT) (kh reuse: warp_row0)
     int prefetch;             // 1: two boxes, so sample n + clusters loads while sample n is computed
-    int tc_accumulate;        // fp32 mode: 1: the 3xTF32 products accumulate in the tensor cores (see warp_gemm)
+    int tc_accumulate;        // fp32 mode: 1: the split products accumulate in the tensor cores (see warp_gemm)
     int kh_reuse;             // 1: warp_gemm_kh_reuse (ksteps = k * tap_steps, warps own lines of W / 16 tiles)
     int tap_steps;            // k-steps of the tap table: ksteps, or ceil(C_in * k^2 / 8) with kh reuse
     int64_t batch;            // N
@@ -257,13 +266,8 @@ __device__ __forceinline__ float tf32_round(float v) {  // low 13 bits left as t
 __device__ __forceinline__ float tf32_value(float v) {
     return __uint_as_float(__float_as_uint(tf32_round(v)) & 0xffffe000u);
 }
-// The hi part of the 3xTF32 split v = hi + lo: an integer add and mask (two instructions). A NaN v may
-// come out as -0 here, as above, but lo = v - hi is then NaN and carries it into the products.
-__device__ __forceinline__ float tf32_hi(float v) {
-    return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
-}
-
-// d += a * b for one 16x8x8 tile. Fragments (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
+// d += a * b for one 16x8x8 tile, TF32 operands (the TF32 mode). Fragments (PTX ISA, mma.m16n8k8 .tf32),
+// g = lane / 4, t = lane % 4:
 //   a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4);   b0 (k=t, n=g)  b1 (k=t+4, n=g);
 //   d0 (g, 2t)  d1 (g, 2t+1)  d2 (g+8, 2t)  d3 (g+8, 2t+1).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -274,55 +278,110 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a * b for one 16x8x16 tile, FP16 operands, fp32 accumulation (the fp32 mode's split products).
+// Fragments (PTX ISA, mma.m16n8k16 .f16; each register holds two FP16 values, the smaller k in the low half):
+//   a0 (g, 2t..2t+1)  a1 (g+8, 2t..2t+1)  a2 (g, 2t+8..2t+9)  a3 (g+8, 2t+8..2t+9);
+//   b0 (k=2t..2t+1, n=g)  b1 (k=2t+8..2t+9, n=g);  d as for m16n8k8.
+// One k16 step is two k8 steps 2s, 2s + 1 of the tap table: its k = 2t + e + 8h is tap column t + 4e of k8 step
+// 2s + h. So each lane loads the same words as for those two TF32 k8 steps (the same bank analysis holds, see
+// pick_tap_layout), and its weights are the two k8 fragments' (b0, b1) side by side.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// FP16 operands for the fp32 mode. FP16 has TF32's 11-bit significand but 5 exponent bits, so values are first
+// scaled by a power of two (exact) that brings the largest |v| of its group into [2^14, 2^15): the input box per
+// CTA and sample, the weights per output channel; the accumulators are scaled back (exact). Each scaled v is then
+// split v = hi + lo, both FP16 rounded to nearest, and hi*hi + hi*lo + lo*hi are summed: relative error about
+// 2^-22 per product (lo*lo is dropped, lo rounded), as 3xTF32's with a rounded lo. A value more than 2^24 below
+// its group's largest is represented to about 2^-25 of that largest (FP16 subnormals), far below the rounding
+// of the sums it enters. NaN and infinities stay NaN and infinite (the scale is taken over the finite values;
+// an infinite maximum scales the rest toward 0, and the sample's statistics become NaN as in PyTorch).
+// Two floats rounded to nearest FP16 in one register, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float2 unpack_f16(uint32_t v) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+// 2^e as a float, for -126 <= e <= 127.
+__device__ __forceinline__ float exp2_int(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
+// The exponent e that brings a largest |v| = m into [2^14, 2^15) (FP16's largest finite value is 65504), clamped to
+// [-126, 126]: m = 0 or denormal gives 126, m = infinity -114.
+__device__ __forceinline__ int f16_scale_exponent(float m) {
+    const int binade = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;
+    return max(-126, min(126, 14 - binade));
+}
+// The split of two scaled values into (hi, lo) FP16 pairs: lo = v - hi is exact in float, then rounded.
+__device__ __forceinline__ void split_f16(float v0, float v1, uint32_t& hi, uint32_t& lo) {
+    hi = pack_f16(v0, v1);
+    const float2 h = unpack_f16(hi);
+    lo = pack_f16(v0 - h.x, v1 - h.y);
+}
+
 // One lane's weight fragment for one k-step and n-tile, at index f = (k-step * NT + n-tile) * 32 + lane of the
-// fragments the set-up wrote: (b_hi0, b_hi1, b_lo0, b_lo1) in one 16-byte load (fp32 mode), or (b0, b1) in one
-// 8-byte load (TF32 mode).
+// fragments the set-up wrote: TF32 mode (b0, b1) of a k8 step in one 8-byte load; fp32 mode (b0_hi, b1_hi,
+// b0_lo, b1_lo) of a k16 step, FP16 pairs, in one 16-byte load.
 template <bool SPLIT3>
 __device__ __forceinline__ void load_b_fragment(uint32_t (&b)[SPLIT3 ? 4 : 2], const float* weight_frag, int f) {
     if constexpr (SPLIT3) {
-        const float4 w4 = reinterpret_cast<const float4*>(weight_frag)[f];
-        b[0] = __float_as_uint(w4.x); b[1] = __float_as_uint(w4.y);
-        b[2] = __float_as_uint(w4.z); b[3] = __float_as_uint(w4.w);
+        const uint4 w4 = reinterpret_cast<const uint4*>(weight_frag)[f];
+        b[0] = w4.x; b[1] = w4.y; b[2] = w4.z; b[3] = w4.w;
     } else {
-        const float2 w2 = reinterpret_cast<const float2*>(weight_frag)[f];
-        b[0] = __float_as_uint(w2.x); b[1] = __float_as_uint(w2.y);
+        const uint2 w2 = reinterpret_cast<const uint2*>(weight_frag)[f];
+        b[0] = w2.x; b[1] = w2.y;
     }
 }
 
-// One lane's A fragment of a 16-row tile whose rows start at `a` (the lane's row g already added), for the taps
-// at word offsets off.x (column t) and off.y (column t + 4): four shared loads as float. The fp32 mode splits
-// each value in registers, hi = v rounded to TF32 and lo = v - hi (3xTF32). The TF32 mode hands v to the tensor
-// cores as it is (a_lo unused): they read its top 19 bits, i.e. v truncated to TF32. Truncation has the same
-// error spread as rounding (uniform over one TF32 ulp instead of half an ulp either side) plus a bias of half an
-// ulp toward zero, a relative scale of the conv output that InstanceNorm divides out; rounding cost two
-// instructions per element, half the GEMM loop's.
+// One lane's A fragment of a 16-row tile whose rows start at `a` (the lane's row g already added).
+// TF32 mode: k8 step with taps at word offsets off0.x (column t) and off0.y (column t + 4), four shared loads
+// handed to the tensor cores as they are (a_lo unused): they read the top 19 bits, i.e. v truncated to TF32.
+// Truncation has the same error spread as rounding (uniform over one TF32 ulp instead of half an ulp either side)
+// plus a bias of half an ulp toward zero, a relative scale of the conv output that InstanceNorm divides out;
+// rounding cost two instructions per element, half the GEMM loop's.
+// fp32 mode: k16 step from k8 steps with offsets off0 and off1 (see mma_f16), eight shared loads, each value
+// times `scale` and split into FP16 hi and lo.
 template <bool SPLIT3>
-__device__ __forceinline__ void load_a_fragment(uint32_t (&a_hi)[4], uint32_t (&a_lo)[4], const float* a, int2 off) {
-    const float v[4] = {a[off.x], a[8 + off.x], a[off.y], a[8 + off.y]};
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a_hi)[4], uint32_t (&a_lo)[4], const float* a, int2 off0,
+                                                int2 off1, float scale) {
+    if constexpr (SPLIT3) {
+        const float v[8] = {a[off0.x], a[off0.y], a[8 + off0.x], a[8 + off0.y],
+                            a[off1.x], a[off1.y], a[8 + off1.x], a[8 + off1.y]};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        a_hi[e] = __float_as_uint(SPLIT3 ? tf32_hi(v[e]) : v[e]);
-        a_lo[e] = SPLIT3 ? __float_as_uint(v[e] - __uint_as_float(a_hi[e])) : 0u;
+        for (int r = 0; r < 4; ++r) split_f16(v[2 * r] * scale, v[2 * r + 1] * scale, a_hi[r], a_lo[r]);
+    } else {
+        const float v[4] = {a[off0.x], a[8 + off0.x], a[off0.y], a[8 + off0.y]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            a_hi[e] = __float_as_uint(v[e]);
+            a_lo[e] = 0u;
+        }
     }
 }
 
-// acc += A * B for one tile and k-step in the mode's precision: one TF32 product (a_lo unused), or 3xTF32 with
-// b = (b_hi0, b_hi1, b_lo0, b_lo1): lo*hi + hi*lo + hi*hi, the small products first, either straight into acc
-// (TC_ACCUMULATE) or into a partial sum started from zero and added to acc in fp32 (see warp_gemm).
+// acc += A * B for one tile and k-step in the mode's precision: one TF32 product (a_lo unused), or the fp32 mode's
+// FP16 split with b = (b0_hi, b1_hi, b0_lo, b1_lo): lo*hi + hi*lo + hi*hi, the small products first, either
+// straight into acc (TC_ACCUMULATE) or into a partial sum started from zero and added to acc in fp32 (see
+// warp_gemm).
 template <bool SPLIT3, bool TC_ACCUMULATE>
 __device__ __forceinline__ void mma_step(float (&acc)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
                                          const uint32_t (&b)[SPLIT3 ? 4 : 2]) {
     if constexpr (!SPLIT3) {
         mma_tf32(acc, a_hi, b[0], b[1]);
     } else if constexpr (TC_ACCUMULATE) {
-        mma_tf32(acc, a_lo, b[0], b[1]);
-        mma_tf32(acc, a_hi, b[2], b[3]);
-        mma_tf32(acc, a_hi, b[0], b[1]);
+        mma_f16(acc, a_lo, b[0], b[1]);
+        mma_f16(acc, a_hi, b[2], b[3]);
+        mma_f16(acc, a_hi, b[0], b[1]);
     } else {
         float part[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_tf32(part, a_lo, b[0], b[1]);
-        mma_tf32(part, a_hi, b[2], b[3]);
-        mma_tf32(part, a_hi, b[0], b[1]);
+        mma_f16(part, a_lo, b[0], b[1]);
+        mma_f16(part, a_hi, b[2], b[3]);
+        mma_f16(part, a_hi, b[0], b[1]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[e] += part[e];
     }
@@ -371,26 +430,29 @@ __host__ __device__ inline int tap_weight_index(int kk, int order, int c_in, int
 
 // One warp's implicit GEMM for one sample: acc[i][j] += A(tile i) * W(n-tile j) over all k-steps. Every warp
 // computes all MT of its tiles, so the tile loop has no branch and the compiler can interleave the independent
-// mma chains of different tiles.
-// fp32 mode (SPLIT3): 3xTF32. TC_ACCUMULATE: the three products go straight into acc, accumulated by the tensor
-// cores, whose fp32 accumulation truncates instead of rounding to nearest; otherwise they go into a partial sum
-// started from zero at each k-step, which is added to acc in fp32 (8 more instructions per tile and k-step).
-// The host allows TC_ACCUMULATE up to kTcAccumulateMaxKsteps k-steps. Measured against float64 (H100, 3 seeds,
-// inputs in [0, 1) and +100; results/model_a/NOTES.md), the error as a fraction of the fp32 bar was at most 0.32
-// up to 17 k-steps, 0.56-0.83 at 27-63 and 1.16 (a failure) at 81; with the partial sum, at most 0.24 up to
-// 125 k-steps. Accumulating in the tensor cores saves 8 % at the KernelBench size (11 k-steps).
+// mma chains of different tiles. `ksteps` counts k8 steps of the tap table; the fp32 mode takes them in pairs
+// (one k16 step of FP16 products; ksteps is even there), its inputs times `scale`.
+// fp32 mode (SPLIT3), TC_ACCUMULATE: the three products go straight into acc, accumulated by the tensor cores,
+// whose fp32 accumulation truncates instead of rounding to nearest; otherwise they go into a partial sum started
+// from zero at each k-step, which is added to acc in fp32. The host allows TC_ACCUMULATE up to
+// kTcAccumulateMaxKsteps k8 steps: measured with 3xTF32 products against float64 (H100, 3 seeds, inputs in
+// [0, 1) and +100; results/model_a/NOTES.md), the error as a fraction of the fp32 bar was at most 0.32 up to 17
+// k-steps, 0.56-0.83 at 27-63 and 1.16 (a failure) at 81; with the partial sum, at most 0.24 up to 125 k-steps.
+// Accumulating in the tensor cores saved 8 % at the KernelBench size; tests/test_gpu_model_a_v3.py checks both
+// sides of the threshold with the FP16 products.
 template <int NT, int MT, bool SPLIT3, bool TC_ACCUMULATE>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* a_base, const int2* taps,
-                                          const float* weight_frag, int ksteps, int lane, int t) {
-    for (int s = 0; s < ksteps; ++s) {
-        const int2 off = taps[s * 4 + t];
+                                          const float* weight_frag, int ksteps, int lane, int t, float scale) {
+    constexpr int kStep = SPLIT3 ? 2 : 1;  // k8 steps per mma step
+    for (int s = 0; s < ksteps; s += kStep) {
+        const int2 off0 = taps[s * 4 + t], off1 = taps[(s + kStep - 1) * 4 + t];
         uint32_t b[NT][SPLIT3 ? 4 : 2];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) load_b_fragment<SPLIT3>(b[j], weight_frag, (s * NT + j) * 32 + lane);
+        for (int j = 0; j < NT; ++j) load_b_fragment<SPLIT3>(b[j], weight_frag, (s / kStep * NT + j) * 32 + lane);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             uint32_t a_hi[4], a_lo[4];
-            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + i * 16, off);
+            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + i * 16, off0, off1, scale);
 #pragma unroll
             for (int j = 0; j < NT; ++j) mma_step<SPLIT3, TC_ACCUMULATE>(acc[i][j], a_hi, a_lo, b[j]);
         }
@@ -403,27 +465,29 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* 
 // box[rows(i + kh) + off(ci, kd, 0, kw)]: the kh = 0 fragment of "tile" i + kh. So the warp loads the fragments
 // of MT + k - 1 lines per k-step of (ci, kd, kw) taps and multiplies each into up to k accumulator tiles, with
 // the weights of kernel rows 0..k-1 held in registers: (MT + k - 1) / (k MT) of the flat GEMM's A loads and
-// splits (9 / 21 at the KernelBench size), for ceil(C_in k^2 / 8) k / ceil(C_in k^3 / 8) of its mma (12 / 11).
-// Weight fragments: k-step s = s0 * k + kh (s0: the tap step, kh: the kernel row). KH = k is a template
-// parameter: with k known, the line loop has no exits and no predicates, and ptxas can issue the next line's
-// loads before this line's mma.
+// splits (9 / 21 at the KernelBench size), for ceil(C_in k^2 / 8) k / ceil(C_in k^3 / 8) of its mma (12 / 11;
+// the fp32 mode's k16 steps: 6 / 6).
+// Weight fragments: mma step u of the tap steps (a k8 step, or a pair of them in the fp32 mode), kernel row kh:
+// fragment (u * KH + kh) * NT + n-tile. KH = k is a template parameter: with k known, the line loop has no exits
+// and no predicates, and ptxas can issue the next line's loads before this line's mma.
 template <int NT, int MT, int KH, bool SPLIT3, bool TC_ACCUMULATE>
 __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], const float* a_base, int line,
                                                    const int2* taps, const float* weight_frag, int tap_steps, int lane,
-                                                   int t) {
+                                                   int t, float scale) {
     static_assert(KH >= 2 && KH <= kKhReuseMaxKernel, "kh reuse: k = 2 .. kKhReuseMaxKernel");
-    for (int s0 = 0; s0 < tap_steps; ++s0) {
-        const int2 off = taps[s0 * 4 + t];
+    constexpr int kStep = SPLIT3 ? 2 : 1;
+    for (int s0 = 0; s0 < tap_steps; s0 += kStep) {
+        const int2 off0 = taps[s0 * 4 + t], off1 = taps[(s0 + kStep - 1) * 4 + t];
         uint32_t b[KH][NT][SPLIT3 ? 4 : 2];
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh)
 #pragma unroll
             for (int j = 0; j < NT; ++j)
-                load_b_fragment<SPLIT3>(b[kh][j], weight_frag, ((s0 * KH + kh) * NT + j) * 32 + lane);
+                load_b_fragment<SPLIT3>(b[kh][j], weight_frag, ((s0 / kStep * KH + kh) * NT + j) * 32 + lane);
 #pragma unroll
         for (int q = 0; q < MT + KH - 1; ++q) {  // line q of the warp's MT + k - 1
             uint32_t a_hi[4], a_lo[4];
-            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + q * line, off);
+            load_a_fragment<SPLIT3>(a_hi, a_lo, a_base + q * line, off0, off1, scale);
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh) {
                 const int i = q - kh;  // the tile this line is kernel row kh of
@@ -438,14 +502,16 @@ __device__ __forceinline__ void warp_gemm_kh_reuse(float (&acc)[MT][NT][4], cons
 // kh reuse for kernel side KH in either accumulation of the fp32 mode.
 template <int NT, int MT, int KH, bool SPLIT3>
 __device__ __forceinline__ void warp_gemm_kh_reuse_mode(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
-                                                        const int2* taps, const float* weight_frag, int lane, int t) {
+                                                        const int2* taps, const float* weight_frag, int lane, int t,
+                                                        float scale) {
     if constexpr (SPLIT3) {
         if (p.tc_accumulate)
-            warp_gemm_kh_reuse<NT, MT, KH, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+            warp_gemm_kh_reuse<NT, MT, KH, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t, scale);
         else
-            warp_gemm_kh_reuse<NT, MT, KH, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+            warp_gemm_kh_reuse<NT, MT, KH, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t,
+                                                        scale);
     } else {
-        warp_gemm_kh_reuse<NT, MT, KH, false, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t);
+        warp_gemm_kh_reuse<NT, MT, KH, false, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t, scale);
     }
 }
 
@@ -453,24 +519,24 @@ __device__ __forceinline__ void warp_gemm_kh_reuse_mode(float (&acc)[MT][NT][4],
 // partial sum per k-step.
 template <int NT, int MT, bool SPLIT3>
 __device__ __forceinline__ void sample_gemm(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
-                                            const int2* taps, const float* weight_frag, int lane, int t) {
+                                            const int2* taps, const float* weight_frag, int lane, int t, float scale) {
     if constexpr (kh_reuse_built(NT, SPLIT3)) {
         static_assert(kKhReuseMaxKernel == 3, "the dispatch below covers k = 2 and 3");
         if (p.kh_reuse) {
             if (p.k == 3)
-                warp_gemm_kh_reuse_mode<NT, MT, 3, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t);
+                warp_gemm_kh_reuse_mode<NT, MT, 3, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t, scale);
             else
-                warp_gemm_kh_reuse_mode<NT, MT, 2, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t);
+                warp_gemm_kh_reuse_mode<NT, MT, 2, SPLIT3>(acc, a_base, p, taps, weight_frag, lane, t, scale);
             return;
         }
     }
     if constexpr (SPLIT3) {
         if (p.tc_accumulate)
-            warp_gemm<NT, MT, true, true>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+            warp_gemm<NT, MT, true, true>(acc, a_base, taps, weight_frag, p.ksteps, lane, t, scale);
         else
-            warp_gemm<NT, MT, true, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+            warp_gemm<NT, MT, true, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t, scale);
     } else {
-        warp_gemm<NT, MT, false, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t);
+        warp_gemm<NT, MT, false, false>(acc, a_base, taps, weight_frag, p.ksteps, lane, t, scale);
     }
 }
 
@@ -493,9 +559,11 @@ __device__ __forceinline__ double sum_over_16_lanes(double v) {
 // Shared-memory layout of one CTA (dynamic part), in this order, each part 16-byte aligned.
 struct SmemLayout {
     int nt;       // n8 tiles
-    bool split3;  // 3xTF32: hi and lo weight fragments
-    __host__ __device__ size_t weight_bytes(int ksteps) const {  // per lane per (k-step, n-tile): b0, b1 (hi, lo)
-        return static_cast<size_t>(ksteps) * nt * 32 * (split3 ? 4 : 2) * sizeof(float);
+    bool split3;  // the fp32 mode (FP16 hi and lo fragments per k16 step)
+    // Per lane and n-tile, 8 bytes per k8 step: TF32 (b0, b1) of each k8 step; fp32 mode 16 bytes of FP16 pairs
+    // (b0_hi, b1_hi, b0_lo, b1_lo) per k16 step (two k8 steps).
+    __host__ __device__ size_t weight_bytes(int ksteps) const {
+        return static_cast<size_t>(ksteps) * nt * 32 * 2 * sizeof(float);
     }
     __host__ __device__ size_t gathered_bytes(int cluster) const {  // (count, mean, M2) per parity, CTA, channel
         return (2 * static_cast<size_t>(cluster) * 8 * nt * sizeof(double3) + 15) / 16 * 16;
@@ -547,6 +615,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
     __shared__ float coef_hi[8 * NT];
     __shared__ __align__(8) uint64_t gathered_full[2];  // per slot: all CTAs' statistics have arrived (step 5)
     __shared__ __align__(8) uint64_t box_landed[2];     // per box buffer: its bulk copies have landed (step 2)
+    __shared__ int weight_exponent[8 * NT];             // fp32 mode: per output channel, the weights' scale exponent
+    __shared__ float box_max_warp[kMaxWarps];           // fp32 mode: per warp, max |x| over its slice of the box
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int threads = p.warps * 32;
@@ -611,27 +681,52 @@ fused_conv_instnorm_max_kernel(const Params p) {
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
     copy_box(first, 0);
-    //    Weight fragments, step 1 of 2: each thread requests the raw weights (w0, w1) of its fragments
-    //    (k-step s, n-tile j, lane fl: taps k0 and k0 + 4 of channel co) into the fragment's first two floats with
-    //    4-byte cp.async, zero-filled where it pads past C_out or K. All of a thread's loads are in flight at
-    //    once, where a load per fragment in turn cost a global-memory latency each (27 in a row per thread in CTAs
-    //    of 4 warps with C_out 32 and C_in 8: 4-7 % of such a forward). Step 2 splits them after the tables below.
+    //    Weight fragments, step 1 of 2: each thread requests the raw weights of its fragments (taps k0 and k0 + 4
+    //    of channel co for each k8 step of the fragment) into the fragment's slot with 4-byte cp.async,
+    //    zero-filled where it pads past C_out or K. All of a thread's loads are in flight at once, where a load
+    //    per fragment in turn cost a global-memory latency each (27 in a row per thread in CTAs of 4 warps with
+    //    C_out 32 and C_in 8: 4-7 % of such a forward). Step 2 rounds or splits them after the tables below.
+    //    Fragment i = (u, n-tile j, lane fl), u = s * khc + kh for mma step s and kernel row kh (khc = k with kh
+    //    reuse, else 1): for each of the mma step's k8 steps (one; two in the fp32 mode's k16 steps) the weights of
+    //    tap columns t and t + 4 of output channel co = 8 j + g.
+    constexpr int kStep = SPLIT3 ? 2 : 1;
     const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
-    const int fragments = p.ksteps * NT * 32;
-    for (int i = tid; i < fragments; i += threads) {
-        const int fl = i & 31, j = (i >> 5) % NT, s = (i >> 5) / NT;
-        const int s0 = p.kh_reuse ? s / p.k : s, kh = p.kh_reuse ? s - s0 * p.k : 0;  // tap step, kernel row
-        const int co = j * 8 + (fl >> 2);
-        const int k0 = s0 * 8 + (fl & 3), k1 = k0 + 4;
-        const float* w_co = p.weight + co * weight_row + kh * p.k;  // kernel row kh of output channel co
-        float* slot = weight_frag + i * (SPLIT3 ? 4 : 2);
-        const bool real0 = co < p.c_out && k0 < K, real1 = co < p.c_out && k1 < K;
-        cp_async_4(slot, real0 ? w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
-                   real0 ? 4 : 0);
-        cp_async_4(slot + 1, real1 ? w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
-                   real1 ? 4 : 0);
+    const int fragments = p.ksteps / kStep * NT * 32;
+    {
+        const int khc = p.kh_reuse ? p.k : 1;
+        for (int i = tid; i < fragments; i += threads) {
+            const int fl = i & 31, j = (i >> 5) % NT, u = (i >> 5) / NT;
+            const int s = u / khc, kh = u - s * khc;
+            const int co = j * 8 + (fl >> 2);
+            const float* w_co = p.weight + co * weight_row + kh * p.k;  // kernel row kh of output channel co
+            float* slot = weight_frag + i * 2 * kStep;
+#pragma unroll
+            for (int h = 0; h < kStep; ++h) {
+                const int k0 = (kStep * s + h) * 8 + (fl & 3), k1 = k0 + 4;
+                const bool real0 = co < p.c_out && k0 < K, real1 = co < p.c_out && k1 < K;
+                cp_async_4(slot + 2 * h,
+                           real0 ? w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
+                           real0 ? 4 : 0);
+                cp_async_4(slot + 2 * h + 1,
+                           real1 ? w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
+                           real1 ? 4 : 0);
+            }
+        }
+        cp_async_commit();
     }
-    cp_async_commit();
+    //    fp32 mode: per output channel, max |w| over its C_in k^3 weights, and the exponent that scales it into
+    //    [2^14, 2^15) for FP16 (read before use: the row table's barriers are in between).
+    if constexpr (SPLIT3) {
+        for (int co = warp; co < 8 * NT; co += p.warps) {
+            float m = 0.f;
+            if (co < p.c_out)
+                for (int64_t e = lane; e < weight_row; e += 32)
+                    m = fmaxf(m, fabsf(__ldg(p.weight + co * weight_row + e)));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0) weight_exponent[co] = f16_scale_exponent(m);
+        }
+    }
     //    The bulk copies' zeros past the sample's end, in every box buffer (the barriers below order them
     //    before any read; the copies never write there).
     if (bulk && box_copy < p.box_pitch) {
@@ -655,16 +750,23 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (r < rows_alloc) row_out[r] = offset;
         valid_rows += __syncthreads_count(valid);
     }
-    //    Weight fragments (hi and lo for 3xTF32), step 2 of 2: each thread splits the raw weights it requested
-    //    (step 1 above) in place, once they have landed (the wait also covers a cp.async box, which the GEMM
-    //    needs next anyway).
+    //    Weight fragments, step 2 of 2: each thread rounds (TF32 mode) or scales and splits (fp32 mode) the raw
+    //    weights it requested (step 1 above) in place, once they have landed (the wait also covers a cp.async
+    //    box, which the GEMM needs next anyway).
     cp_async_wait_all();
-    for (int i = tid; i < fragments; i += threads) {
-        if constexpr (SPLIT3) {
-            float4& f = reinterpret_cast<float4*>(weight_frag)[i];
-            const float h0 = tf32_hi(f.x), h1 = tf32_hi(f.y);
-            f = make_float4(h0, h1, f.x - h0, f.y - h1);
-        } else {
+    if constexpr (SPLIT3) {
+        // Scaled by 2^weight_exponent[co] (exact) and split into FP16 (hi, lo) pairs in place: (hi of k8 steps 2s,
+        // 2s + 1, lo of the same).
+        for (int i = tid; i < fragments; i += threads) {
+            uint4& f = reinterpret_cast<uint4*>(weight_frag)[i];
+            const float scale = exp2_int(weight_exponent[((i >> 5) % NT) * 8 + ((i & 31) >> 2)]);
+            uint32_t h01, h23, l01, l23;
+            split_f16(__uint_as_float(f.x) * scale, __uint_as_float(f.y) * scale, h01, l01);
+            split_f16(__uint_as_float(f.z) * scale, __uint_as_float(f.w) * scale, h23, l23);
+            f = make_uint4(h01, h23, l01, l23);
+        }
+    } else {
+        for (int i = tid; i < fragments; i += threads) {  // TF32 mode: rounded to TF32 in place
             float2& f = reinterpret_cast<float2*>(weight_frag)[i];
             f = make_float2(tf32_value(f.x), tf32_value(f.y));
         }
@@ -709,6 +811,24 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (!p.prefetch && n != first) copy_box(n, 0);
         wait_box(b);
         if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters, b ^ 1);
+        // fp32 mode: max |x| over the box (every warp a slice, then all warps' maxima), and the exponent that
+        // scales it into [2^14, 2^15) for the FP16 operands; the products are scaled back after the GEMM (exact).
+        int box_exponent = 0;
+        if constexpr (SPLIT3) {
+            float m = 0.f;
+            const float4* box4 = reinterpret_cast<const float4*>(box);
+            for (int i = tid; i < box_floats / 4; i += threads) {
+                const float4 v = box4[i];
+                m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0) box_max_warp[warp] = m;
+            __syncthreads();
+            m = 0.f;
+            for (int w = 0; w < p.warps; ++w) m = fmaxf(m, box_max_warp[w]);
+            box_exponent = f16_scale_exponent(m);
+        }
 
         // 3. The implicit GEMM: rows = this warp's MT tiles, columns = NT x 8 channels, K in steps of 8.
         float acc[MT][NT][4];
@@ -721,7 +841,22 @@ fused_conv_instnorm_max_kernel(const Params p) {
 
         // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
         // rows past this CTA's share are dropped like any invalid row): see warp_gemm.
-        sample_gemm<NT, MT, SPLIT3>(acc, box + warp_row0 + g, p, taps, weight_frag, lane, t);
+        sample_gemm<NT, MT, SPLIT3>(acc, box + warp_row0 + g, p, taps, weight_frag, lane, t,
+                                    SPLIT3 ? exp2_int(box_exponent) : 1.f);
+        if constexpr (SPLIT3) {  // acc * 2^-(box_exponent + weight exponent of the column), in two exact halves
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int total = box_exponent + weight_exponent[j * 8 + 2 * t + e];
+                    const int half = total >> 1;
+                    const float f1 = exp2_int(-half), f2 = exp2_int(half - total);
+#pragma unroll
+                    for (int i = 0; i < MT; ++i)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) acc[i][j][2 * h + e] = acc[i][j][2 * h + e] * f1 * f2;
+                }
+        }
 
         // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and
         //    (y - c)^2 about a centre c of the channel, which only has to be near its values (the merge is exact
@@ -1021,7 +1156,10 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         return plan;
     }
     const int64_t K = c_in * k * k * k;
-    const int64_t ksteps = (K + 7) / 8;
+    // k8 steps of the reduction; the fp32 mode takes them in pairs (k16 steps of FP16 products), so an even count.
+    // The envelope is checked with the fp32 mode's footprint, which is the larger.
+    const int64_t ksteps_fp32 = (K + 15) / 16 * 2;
+    const int64_t ksteps = split3 ? ksteps_fp32 : (K + 7) / 8;
     const int nt = n_tiles_for(c_out);
     const int64_t mt = mt_request > 0 ? mt_request : kTilesPerWarp / nt;
     const int64_t warps_max = warps_request > 0 ? warps_request : kDefaultWarps;
@@ -1039,7 +1177,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         if (tiles > max_tiles || !every_cta_has_rows(cs)) return false;
         const int64_t tiles_alloc = (tiles + mt - 1) / mt * mt;
         pitch = (tiles_alloc * 16 + halo + 3) / 4 * 4;
-        bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps), static_cast<int>(cs), static_cast<int>(tiles_alloc),
+        bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps_fp32), static_cast<int>(cs), static_cast<int>(tiles_alloc),
                          static_cast<int>(c_in), static_cast<int>(pitch), false);
         return bytes <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) && ksteps < (1 << 20);
     };
@@ -1075,7 +1213,7 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
     // kh reuse (warp_gemm_kh_reuse): each A fragment feeds the k kernel rows. Its warps own whole lines of
     // W / 16 tiles side by side, so W must be a multiple of 16 and the warps a multiple of W / 16; its weight
     // fragments (k * ceil(C_in k^2 / 8) k-steps, more than the flat GEMM's) must fit beside one box.
-    const int64_t tap_steps_reuse = (c_in * k * k + 7) / 8;
+    const int64_t tap_steps_reuse = split3 ? (c_in * k * k + 15) / 16 * 2 : (c_in * k * k + 7) / 8;
     const bool kh_reuse = kh_reuse_allowed && kh_reuse_built(nt, split3) && k >= 2 && k <= kKhReuseMaxKernel &&
                           w % 16 == 0 && warps % (w / 16) == 0 &&
                           footprint_for(k * tap_steps_reuse, pitch, false) <= smem_cap;
