@@ -35,7 +35,7 @@
 //   and sample for the input, per output channel for the weights; undone exactly on the accumulators) split
 //   into v = hi + lo, two FP16 numbers, and lo*hi + hi*lo + hi*hi added per k16 step: an error of about 2^-22
 //   of each product, as "3xTF32" (FP16 and TF32 have the same 11-bit significand) at half the mma
-//   instructions, since FP16's mma takes k16 in the time TF32's takes k8 (the fp32 mode measured 13-14 % faster
+//   instructions, since FP16's mma takes k16 in the time TF32's takes k8 (the fp32 mode measured 12-15 % faster
 //   than with 3xTF32 at the KernelBench size). For up to 16 k8 steps (C_in k^3 <= 128; the KernelBench size has
 //   11) straight into the accumulator, beyond that into a partial sum started from zero per k16 step and added
 //   to the accumulator in fp32 (the tensor cores' own accumulation truncates, and its error grows with the
@@ -65,9 +65,9 @@
 //   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
 //   zeros past the sample's end; one bulk copy (TMA) per channel where D H W % 4 == 0, cp.async of 4-byte
 //   elements elsewhere), as float: the GEMM loads A elements as they are (TF32 mode) or scales and splits
-//   them into FP16 hi and lo in registers (fp32 mode). Two boxes where they fit: the next sample's box is requested into the
-//   other one as soon as this one has arrived, so it loads while this sample is computed (where only
-//   one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
+//   them into FP16 hi and lo in registers (fp32 mode). Two boxes where they fit: the next sample's box is
+//   requested into the other one as soon as this one has arrived, so it loads while this sample is computed
+//   (where only one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
 //   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
 //   parity) with an mbarrier each. All but the box are computed once per CTA.
 //
@@ -298,8 +298,8 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // split v = hi + lo, both FP16 rounded to nearest, and hi*hi + hi*lo + lo*hi are summed: relative error about
 // 2^-22 per product (lo*lo is dropped, lo rounded), as 3xTF32's with a rounded lo. A value more than 2^24 below
 // its group's largest is represented to about 2^-25 of that largest (FP16 subnormals), far below the rounding
-// of the sums it enters. NaN and infinities stay NaN and infinite (the scale is taken over the finite values;
-// an infinite maximum scales the rest toward 0, and the sample's statistics become NaN as in PyTorch).
+// of the sums it enters. NaN and infinities stay NaN and infinite (the largest |v| is taken with fmaxf, which
+// skips NaN; an infinite one scales the rest toward 0, and the sample's statistics become NaN as in PyTorch).
 // Two floats rounded to nearest FP16 in one register, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
     uint32_t r;
@@ -506,7 +506,8 @@ __device__ __forceinline__ void warp_gemm_kh_reuse_mode(float (&acc)[MT][NT][4],
                                                         float scale) {
     if constexpr (SPLIT3) {
         if (p.tc_accumulate)
-            warp_gemm_kh_reuse<NT, MT, KH, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t, scale);
+            warp_gemm_kh_reuse<NT, MT, KH, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t,
+                                                       scale);
         else
             warp_gemm_kh_reuse<NT, MT, KH, true, false>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t,
                                                         scale);
@@ -1177,8 +1178,9 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out, c10::IntAr
         if (tiles > max_tiles || !every_cta_has_rows(cs)) return false;
         const int64_t tiles_alloc = (tiles + mt - 1) / mt * mt;
         pitch = (tiles_alloc * 16 + halo + 3) / 4 * 4;
-        bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps_fp32), static_cast<int>(cs), static_cast<int>(tiles_alloc),
-                         static_cast<int>(c_in), static_cast<int>(pitch), false);
+        bytes = SmemLayout{nt, true}.total(static_cast<int>(ksteps_fp32), static_cast<int>(cs),
+                                           static_cast<int>(tiles_alloc), static_cast<int>(c_in),
+                                           static_cast<int>(pitch), false);
         return bytes <= static_cast<size_t>(limits.smem_optin - kStaticSmemReserve) && ksteps < (1 << 20);
     };
     int64_t cs = 0, tiles = 0, pitch = 0;
