@@ -128,6 +128,25 @@ def test_random_configurations_parity():
     assert ran_v3 >= 30, ran_v3
 
 
+def test_random_wide_channel_counts_parity():
+    """The issue's whole channel range, which the generator above stops short of: 16 random configurations with
+    C_in 13..64 and C_out 1..128, both modes, inputs as drawn and +100; v3 where its envelope allows (small
+    C_in k^3, C_out <= 32), v1 elsewhere."""
+    ran_v3 = 0
+    for index in range(16):
+        rng = random.Random(7000 + index)
+        k = rng.randint(1, 5)
+        c_in, c_out = rng.randint(13, 64), rng.choice([rng.randint(1, 32), rng.randint(33, 128)])
+        lo = rng.uniform(-2.0, 1.0)
+        init = [c_in, c_out, k, (c_out, 1, 1, 1), lo, lo + rng.uniform(0.05, 2.5)]
+        shape = (rng.choice([1, 2, 3]), c_in, *(k + rng.randint(1, 12) for _ in range(3)))
+        model, fused = _models(init)
+        ran_v3 += fused["v3 fp32"].path(torch.empty(shape, device="cuda")) == "v3"
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                             shifts=(0.0, 100.0), tf32={"v3 tf32"})
+    assert ran_v3 >= 3, ran_v3  # at least (15, 22, k 3), (51, 8, k 2) and (37, 7, k 1) fit v3
+
+
 def test_cluster_sizes_agree():
     """Every cluster size that fits gives the same answer to float rounding (only the statistics' merge
     order and the split of rows between CTAs change), for each GEMM: the flat one, and kh reuse where the
