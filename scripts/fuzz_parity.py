@@ -3,14 +3,15 @@
 The GPU tests check 50 random configurations per model with fixed seeds. This draws as many more as
 time allows, from the same generators (tests/test_gpu_model_*.py: sizes across each kernel's envelope
 and outside it, kernel sizes, clamp bounds of either sign, batch 1, odd sizes; ``--wide`` adds larger
-sizes for models A and B), each with fresh weights and inputs, and checks them as PARITY.md defines it
-(``helpers.parity_sweep``: the fp32-accurate and TF32 modes, inputs as drawn and shifted by +100 for A
-and B). Every failing case is printed with its seed; replay one with ``--start SEED --count 1``.
+sizes for models A and B, ``--channels`` model A's whole channel range), each with fresh weights and
+inputs, and checks them as PARITY.md defines it (``helpers.parity_sweep``: the fp32-accurate and TF32
+modes, inputs as drawn and shifted by +100 for A and B). Every failing case is printed with its seed;
+replay one with ``--start SEED --count 1``.
 
 A CUDA error is sticky (nothing more can run in the process): it is reported with its seed and the
 script stops; resume with ``--start SEED+1``. Exit status 1 if any case failed.
 
-    python scripts/fuzz_parity.py --model A --seconds 60 [--wide] [--start 0] [--count N]
+    python scripts/fuzz_parity.py --model A --seconds 60 [--wide | --channels] [--start 0] [--count N]
 """
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def wide_a(rng: random.Random):
     return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
 
 
+def channels_a(rng: random.Random):
+    """Model A over the issue's whole channel range: C_in 1..64 and C_out 1..128, sides up to k + 16, batch up to 3
+    (small samples, so that the float64 reference stays quick with 64 input channels)."""
+    k = rng.randint(1, 5)
+    c_out = rng.choice([rng.randint(1, 32), rng.randint(33, 128)])
+    c_in = rng.choice([rng.randint(1, 16), rng.randint(17, 64)])
+    lo = rng.uniform(-3.0, 1.0)
+    hi = lo + rng.choice([0.0, rng.uniform(0.01, 3.0)])
+    shape = (rng.choice([1, 2, 3]), c_in, *(k + rng.randint(0, 16) for _ in range(3)))
+    if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
+        shape = (*shape[:4], k + 1)
+    return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
+
+
 def wide_b(rng: random.Random):
     """Model B: the tests' generator, half the time with H and W up to 150 larger."""
     import test_gpu_model_b_v3 as TB
@@ -50,11 +65,12 @@ def wide_b(rng: random.Random):
     return init, shape
 
 
-def suite(model: str, wide: bool):
+def suite(model: str, wide: bool, channels: bool = False):
     """(configuration generator, fused modules for an init, shifts, contenders judged in the TF32 mode)."""
     if model == "A":
         import test_gpu_model_a_v3 as TA
-        return (wide_a if wide else TA._random_config), TA._models, (0.0, 100.0), {"v3 tf32"}
+        generate = channels_a if channels else wide_a if wide else TA._random_config
+        return generate, TA._models, (0.0, 100.0), {"v3 tf32"}
     if model == "B":
         import test_gpu_model_b_v3 as TB
         return (wide_b if wide else TB._random_config), TB._models, (0.0, 100.0), {"v3 tf32"}
@@ -75,18 +91,22 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=None, help="stop after this many configurations")
     parser.add_argument("--start", type=int, default=1_000_000, help="seed of the first configuration")
     parser.add_argument("--wide", action="store_true", help="larger sizes (models A and B)")
+    parser.add_argument("--channels", action="store_true", help="model A: C_in up to 64 and C_out up to 128")
     args = parser.parse_args()
+    if args.channels and args.model != "A":
+        parser.error("--channels is for model A")
     if not helpers.gpu_available():
         print("No CUDA GPU visible: the fuzz needs one.")
         return 0
-    generate, models, shifts, tf32 = suite(args.model, args.wide)
-    start, count, failing = time.perf_counter(), 0, 0
+    generate, models, shifts, tf32 = suite(args.model, args.wide, args.channels)
+    start, count, failing, on_v3 = time.perf_counter(), 0, 0, 0
     while time.perf_counter() - start < args.seconds and (args.count is None or count < args.count):
         seed = args.start + count
         init, shape = generate(random.Random(seed))
         count += 1
         try:
             model, fused = models(init)
+            on_v3 += next(iter(fused.values())).path(torch.empty(shape, device="cuda")) == "v3"
             report = helpers.parity_sweep(model, fused, lambda s: [torch.rand(shape, device="cuda")], seeds=(seed,),
                                           shifts=shifts, tf32=tf32, raise_on_failure=False)
         except Exception as error:  # an error where PyTorch succeeds is a failure too
@@ -101,7 +121,8 @@ def main() -> int:
         if len(bad):
             failing += 1
             print(f"FAIL seed {seed}: init {init}, input {shape}\n{bad.to_string()}", flush=True)
-    print(f"model {args.model}{' (wide)' if args.wide else ''}: {count} configurations from seed {args.start}, "
+    kind = " (channels)" if args.channels else " (wide)" if args.wide else ""
+    print(f"model {args.model}{kind}: {count} configurations from seed {args.start} ({on_v3} on the v3 path), "
           f"{failing} failing, {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")
     return 1 if failing else 0
 
