@@ -29,31 +29,29 @@ import torch  # noqa: E402
 import helpers  # noqa: E402
 
 
-def wide_a(rng: random.Random):
-    """Model A, larger than the tests' generator: sides up to k + 40, batch up to 17, C_in up to 16."""
+def _draw_a(rng: random.Random, c_out_ranges, c_in_ranges, batches, most_extra: int):
+    """One model A configuration: C_out and C_in each from one of their ranges (picked evenly), sides
+    k + 0..most_extra. Draws in a fixed order, so a seed names the same configuration as before this helper."""
     k = rng.randint(1, 5)
-    c_out = rng.choice([rng.randint(1, 32), rng.randint(1, 32), rng.randint(33, 64)])
-    c_in = rng.choice([rng.randint(1, 4), rng.randint(5, 16)])
+    c_out = rng.choice([rng.randint(lo, hi) for lo, hi in c_out_ranges])
+    c_in = rng.choice([rng.randint(lo, hi) for lo, hi in c_in_ranges])
     lo = rng.uniform(-3.0, 1.0)
     hi = lo + rng.choice([0.0, rng.uniform(0.01, 3.0)])
-    shape = (rng.choice([1, 2, 3, 7, 17]), c_in, *(k + rng.randint(0, 40) for _ in range(3)))
+    shape = (rng.choice(batches), c_in, *(k + rng.randint(0, most_extra) for _ in range(3)))
     if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
         shape = (*shape[:4], k + 1)
     return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
+
+
+def wide_a(rng: random.Random):
+    """Model A, larger than the tests' generator: sides up to k + 40, batch up to 17, C_in up to 16."""
+    return _draw_a(rng, [(1, 32), (1, 32), (33, 64)], [(1, 4), (5, 16)], [1, 2, 3, 7, 17], 40)
 
 
 def channels_a(rng: random.Random):
     """Model A over the issue's whole channel range: C_in 1..64 and C_out 1..128, sides up to k + 16, batch up to 3
     (small samples, so that the float64 reference stays quick with 64 input channels)."""
-    k = rng.randint(1, 5)
-    c_out = rng.choice([rng.randint(1, 32), rng.randint(33, 128)])
-    c_in = rng.choice([rng.randint(1, 16), rng.randint(17, 64)])
-    lo = rng.uniform(-3.0, 1.0)
-    hi = lo + rng.choice([0.0, rng.uniform(0.01, 3.0)])
-    shape = (rng.choice([1, 2, 3]), c_in, *(k + rng.randint(0, 16) for _ in range(3)))
-    if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
-        shape = (*shape[:4], k + 1)
-    return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
+    return _draw_a(rng, [(1, 32), (33, 128)], [(1, 16), (17, 64)], [1, 2, 3], 16)
 
 
 def wide_b(rng: random.Random):
