@@ -3,7 +3,8 @@
 The GPU tests check 50 random configurations per model with fixed seeds. This draws as many more as
 time allows, from the same generators (tests/test_gpu_model_*.py: sizes across each kernel's envelope
 and outside it, kernel sizes, clamp bounds of either sign, batch 1, odd sizes; ``--wide`` adds larger
-sizes for models A and B, ``--channels`` model A's whole channel range), each with fresh weights and
+sizes for models A and B, ``--channels`` wider channel counts: model A's whole range, and for B and C
+well past the tests' ranges), each with fresh weights and
 inputs, and checks them as PARITY.md defines it (``helpers.parity_sweep``: the fp32-accurate and TF32
 modes, inputs as drawn and shifted by +100 for A and B). Every failing case is printed with its seed;
 replay one with ``--start SEED --count 1``.
@@ -12,6 +13,7 @@ A CUDA error is sticky (nothing more can run in the process): it is reported wit
 script stops; resume with ``--start SEED+1``. Exit status 1 if any case failed.
 
     python scripts/fuzz_parity.py --model A --seconds 60 [--wide | --channels] [--start 0] [--count N]
+    (--wide: models A and B; --channels: every model)
 """
 from __future__ import annotations
 
@@ -63,6 +65,38 @@ def wide_b(rng: random.Random):
     return init, shape
 
 
+def channels_b(rng: random.Random):
+    """Model B with more channels than the tests' generator: groups 1..32, C_out up to 256 (a multiple of the
+    groups), C_in 1..32 (past 24 with k = 3 and 14 with k = 5 at W = 128 the input box no longer fits and v2 runs),
+    kernels 1, 3, 5, 7, pools 1..16, sides up to k - 1 + pool + 40, batch up to 3."""
+    groups = rng.choice([rng.randint(1, 8), rng.randint(9, 32)])
+    c_out = groups * rng.randint(1, max(1, 256 // groups))
+    k = rng.choice([1, 3, 5, 7])
+    pool = rng.choice([rng.randint(1, 8), rng.randint(9, 16)])
+    lo = rng.uniform(-2.0, 1.0)
+    hi = lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])
+    c_in = rng.choice([rng.randint(1, 12), rng.randint(13, 32)])
+    init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, lo, hi]
+    shape = (rng.choice([1, 2, 3]), c_in, k - 1 + pool + rng.randint(0, 40), k - 1 + pool + rng.randint(0, 40))
+    return init, shape
+
+
+def channels_c(rng: random.Random):
+    """Model C with more channels than the tests' generator: C_in 1..64 (partial 16-channel groups), C_out 1..64,
+    kernel 1..5, stride 1..3, any valid padding and output padding, sides 1..9, batch up to 3."""
+    k, s = rng.randint(1, 5), rng.randint(1, 3)
+    p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
+    c_out = rng.choice([rng.randint(1, 24), rng.randint(25, 64)])
+    c_in = rng.choice([rng.randint(1, 16), rng.randint(17, 64)])
+    init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
+
+    def out_size(n):
+        return (n - 1) * s - 2 * p + k + op
+    # sizes whose conv output holds at least one 2 x 2 x 2 window (the reference raises otherwise)
+    spatial = [rng.choice([n for n in range(1, 10) if out_size(n) >= 2]) for _ in range(3)]
+    return init, (rng.choice([1, 2, 3]), c_in, *spatial)
+
+
 def suite(model: str, wide: bool, channels: bool = False):
     """(configuration generator, fused modules for an init, shifts, contenders judged in the TF32 mode)."""
     if model == "A":
@@ -71,7 +105,8 @@ def suite(model: str, wide: bool, channels: bool = False):
         return generate, TA._models, (0.0, 100.0), {"v3 tf32"}
     if model == "B":
         import test_gpu_model_b_v3 as TB
-        return (wide_b if wide else TB._random_config), TB._models, (0.0, 100.0), {"v3 tf32"}
+        generate = channels_b if channels else wide_b if wide else TB._random_config
+        return generate, TB._models, (0.0, 100.0), {"v3 tf32"}
     import test_gpu_model_c as TC
     from kernels import model_c_convtranspose3d_leaky_pool as C
 
@@ -79,7 +114,7 @@ def suite(model: str, wide: bool, channels: bool = False):
         model, fused = TC._models(init)
         fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
         return model, fused
-    return TC._random_config, models, (0.0,), {"v3 tf32"}
+    return (channels_c if channels else TC._random_config), models, (0.0,), {"v3 tf32"}
 
 
 def main() -> int:
@@ -89,10 +124,11 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=None, help="stop after this many configurations")
     parser.add_argument("--start", type=int, default=1_000_000, help="seed of the first configuration")
     parser.add_argument("--wide", action="store_true", help="larger sizes (models A and B)")
-    parser.add_argument("--channels", action="store_true", help="model A: C_in up to 64 and C_out up to 128")
+    parser.add_argument("--channels", action="store_true",
+                        help="more channels: A C_in 1..64, C_out 1..128; B C_in 1..32, C_out up to 256; C 1..64 each")
     args = parser.parse_args()
-    if args.channels and args.model != "A":
-        parser.error("--channels is for model A")
+    if args.channels and args.wide:
+        parser.error("--channels and --wide are separate generators: pick one")
     if not helpers.gpu_available():
         print("No CUDA GPU visible: the fuzz needs one.")
         return 0
@@ -104,7 +140,9 @@ def main() -> int:
         count += 1
         try:
             model, fused = models(init)
-            on_v3 += next(iter(fused.values())).path(torch.empty(shape, device="cuda")) == "v3"
+            v3 = next(module for name, module in fused.items() if name.startswith("v3"))
+            path = v3.path(torch.empty(shape, device="cuda"))  # "v3", or the fallback and why
+            on_v3 += path == "v3"
             report = helpers.parity_sweep(model, fused, lambda s: [torch.rand(shape, device="cuda")], seeds=(seed,),
                                           shifts=shifts, tf32=tf32, raise_on_failure=False)
         except Exception as error:  # an error where PyTorch succeeds is a failure too
@@ -118,7 +156,7 @@ def main() -> int:
         bad = report[report["passed"] == False]  # noqa: E712  (None: not judged)
         if len(bad):
             failing += 1
-            print(f"FAIL seed {seed}: init {init}, input {shape}\n{bad.to_string()}", flush=True)
+            print(f"FAIL seed {seed}: init {init}, input {shape}, path {path}\n{bad.to_string()}", flush=True)
     kind = " (channels)" if args.channels else " (wide)" if args.wide else ""
     print(f"model {args.model}{kind}: {count} configurations from seed {args.start} ({on_v3} on the v3 path), "
           f"{failing} failing, {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")

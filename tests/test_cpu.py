@@ -277,6 +277,29 @@ def test_fuzz_wide_generators_draw_valid_configurations():
             B.Model(*init)(torch.rand(shape))
 
 
+def test_fuzz_channel_generators_draw_valid_configurations():
+    """--channels configurations: channel counts in the stated ranges, C_out divisible by the groups (B), and the
+    reference models run on them (the smaller ones, on the CPU)."""
+    import random
+    fuzz = _fuzz_script()
+    from kernels import model_b_conv2d_groupnorm_pool as B
+    from kernels import model_c_convtranspose3d_leaky_pool as C
+    for seed in range(40):
+        init, shape = fuzz.channels_a(random.Random(seed))
+        assert 1 <= init[0] <= 64 and 1 <= init[1] <= 128 and shape[1] == init[0], (init, shape)
+        if math.prod(shape) * init[1] <= 2_000_000:
+            A.Model(*init)(torch.rand(shape))
+        init, shape = fuzz.channels_b(random.Random(seed))
+        c_in, c_out, k, groups, _, pool = init[:6]
+        assert 1 <= c_in <= 32 and c_out <= 256 and c_out % groups == 0 and shape[1] == c_in, (init, shape)
+        assert min(shape[2:]) >= k - 1 + pool, (init, shape)
+        if math.prod(shape) * c_out <= 2_000_000:
+            B.Model(*init)(torch.rand(shape))
+        init, shape = fuzz.channels_c(random.Random(seed))
+        assert 1 <= init[0] <= 64 and 1 <= init[1] <= 64 and shape[1] == init[0], (init, shape)
+        C.Model(*init)(torch.rand(shape))  # raises if the conv output holds no 2 x 2 x 2 window
+
+
 def test_fuzz_script_without_a_gpu_says_so():
     if helpers.gpu_available():
         pytest.skip("a GPU is visible: the script would run the fuzz")
