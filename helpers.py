@@ -6,7 +6,8 @@ One function per job:
 * build        -- ``load_kernel`` (``kernels/<name>.cu`` through ``load_inline``, cached by source hash)
 * parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``)
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
-* results      -- ``save_results``, ``load_results``, ``plot_timings``, ``plot_roofline``
+* results      -- ``save_results``, ``load_results``, ``plot_timings``, ``plot_roofline``,
+                  ``problem_size`` (bytes and conv FLOPs behind the floors)
 
 Units: times in milliseconds (``*_ms``), bandwidth in TB/s, arithmetic in TFLOP/s, sizes in bytes.
 """
@@ -601,6 +602,38 @@ def measure_ceilings() -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # Results and plots
 # ---------------------------------------------------------------------------------------------
+
+def problem_size(module) -> dict:
+    """Sizes behind a reference model's floors at its KernelBench size, from shapes alone.
+
+    ``module`` is a kernels/model_*.py module (KernelBench convention). Its ``Model`` runs on the
+    meta device (no memory, no GPU). Returns ``x_bytes`` and ``out_bytes`` (float32 input and
+    output, bytes) and ``conv_flops``: 2 multiply-adds' worth per product of the model's one
+    convolution, 2 * outputs * C_in / groups * taps for a conv, 2 * inputs * C_out / groups * taps
+    for a transposed conv (each input meets every tap once).
+    """
+    import math
+
+    import torch.nn as nn
+
+    shapes: dict = {}
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+        convs = [m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+        if len(convs) != 1:
+            raise ValueError(f"problem_size: expected one convolution in {module.__name__}.Model, found {len(convs)}")
+        conv = convs[0]
+        conv.register_forward_hook(lambda m, args, y: shapes.update(x=args[0].shape, y=y.shape))
+        inputs = module.get_inputs()
+        out = model(*inputs)
+    taps = math.prod(conv.kernel_size)
+    if conv.transposed:
+        flops = 2 * math.prod(shapes["x"]) * (conv.out_channels // conv.groups) * taps
+    else:
+        flops = 2 * math.prod(shapes["y"]) * (conv.in_channels // conv.groups) * taps
+    return {"x_bytes": sum(x.numel() * x.element_size() for x in inputs),
+            "out_bytes": out.numel() * out.element_size(), "conv_flops": flops}
+
 
 def save_results(stem: str, env: Mapping, **tables: pd.DataFrame | Mapping) -> Path:
     """Write ``results/<stem>/<name>.csv`` for each DataFrame (and ``<name>_samples.csv`` for

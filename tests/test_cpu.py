@@ -300,6 +300,19 @@ def test_fuzz_channel_generators_draw_valid_configurations():
         C.Model(*init)(torch.rand(shape))  # raises if the conv output holds no 2 x 2 x 2 window
 
 
+def test_problem_size_matches_the_issues_figures():
+    """The floors' sizes, from shapes on the meta device, against the figures written by hand in the issues."""
+    from kernels import model_b_conv2d_groupnorm_pool as B
+    from kernels import model_c_convtranspose3d_leaky_pool as C
+    a, b, c = (helpers.problem_size(m) for m in (A, B, C))
+    assert (a["x_bytes"], a["out_bytes"]) == (128 * 3 * 16 * 32 * 32 * 4, 128 * 14 * 30 * 30 * 4)
+    assert a["conv_flops"] == 2 * 128 * 16 * 14 * 30 * 30 * 3 * 27             # 4.18 GFLOP
+    assert (b["x_bytes"], b["out_bytes"]) == (128 * 8 * 128 * 128 * 4, 128 * 64 * 31 * 31 * 4)
+    assert b["conv_flops"] == 2 * 128 * 64 * 126 * 126 * 8 * 9                # 18.7 GFLOP
+    assert (c["x_bytes"], c["out_bytes"]) == (16 * 16 * 16 * 32 * 32 * 4, 16 * 32 * 16 * 32 * 32 * 4)
+    assert c["conv_flops"] == 2 * 16 * 16 * 16 * 32 * 32 * 32 * 27            # every input voxel meets every tap
+
+
 def test_fuzz_script_without_a_gpu_says_so():
     if helpers.gpu_available():
         pytest.skip("a GPU is visible: the script would run the fuzz")
