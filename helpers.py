@@ -6,7 +6,7 @@ One function per job:
 * build        -- ``load_kernel`` (``kernels/<name>.cu`` through ``load_inline``, cached by source hash)
 * parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``)
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
-* results      -- ``save_results``, ``load_results``, ``plot_timings``, ``plot_roofline``,
+* results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
 
 Units: times in milliseconds (``*_ms``), bandwidth in TB/s, arithmetic in TFLOP/s, sizes in bytes.
@@ -651,9 +651,12 @@ def save_results(stem: str, env: Mapping, **tables: pd.DataFrame | Mapping) -> P
     return folder
 
 
-def load_results(stem: str) -> dict:
-    """Read back what ``save_results`` wrote: {'env': dict, '<name>': DataFrame or dict, ...}."""
-    folder = RESULTS_DIR / stem
+def load_results(stem: str, root: Path | str | None = None) -> dict:
+    """Read back what ``save_results`` wrote: {'env': dict, '<name>': DataFrame or dict, ...}.
+
+    ``root``: the folder holding ``<stem>/``; by default ``RESULTS_DIR`` (where this process writes).
+    """
+    folder = (Path(root) if root is not None else RESULTS_DIR) / stem
     if not folder.exists():
         raise FileNotFoundError(f"no committed results in {folder}: run the notebook on a GPU first")
     out: dict = {}
@@ -665,7 +668,9 @@ def load_results(stem: str) -> dict:
     return out
 
 
-def _save_figure(fig, folder: Path, name: str) -> None:
+def save_figure(fig, stem: str, name: str) -> None:
+    """Save a matplotlib figure as results/<stem>/<name>.png (150 dpi) and .svg."""
+    folder = RESULTS_DIR / stem
     folder.mkdir(parents=True, exist_ok=True)
     fig.savefig(folder / f"{name}.png", dpi=150, bbox_inches="tight")
     fig.savefig(folder / f"{name}.svg", bbox_inches="tight")
@@ -707,7 +712,7 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
     fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
     fig.tight_layout()
     if save_stem:
-        _save_figure(fig, RESULTS_DIR / save_stem, "timing")
+        save_figure(fig, save_stem, "timing")
     return fig
 
 
@@ -736,5 +741,5 @@ def plot_roofline(summary: pd.DataFrame, floors_ms: Mapping[str, float], env: Ma
     ax.set_title(f"{title}\n{stamp(env)}", fontsize=10)
     fig.tight_layout()
     if save_stem:
-        _save_figure(fig, RESULTS_DIR / save_stem, "roofline")
+        save_figure(fig, save_stem, "roofline")
     return fig
