@@ -140,9 +140,9 @@ def main() -> int:
         count += 1
         try:
             model, fused = models(init)
-            v3 = next(module for name, module in fused.items() if name.startswith("v3"))
-            path = v3.path(torch.empty(shape, device="cuda"))  # "v3", or the fallback and why
-            on_v3 += path == "v3"
+            x = torch.empty(shape, device="cuda")
+            paths = {name: module.path(x) for name, module in fused.items() if name.startswith("v3")}  # "v3" or why not
+            on_v3 += next(iter(paths.values())) == "v3"  # the first v3 contender (the fp32-accurate mode)
             report = helpers.parity_sweep(model, fused, lambda s: [torch.rand(shape, device="cuda")], seeds=(seed,),
                                           shifts=shifts, tf32=tf32, raise_on_failure=False)
         except Exception as error:  # an error where PyTorch succeeds is a failure too
@@ -156,7 +156,7 @@ def main() -> int:
         bad = report[report["passed"] == False]  # noqa: E712  (None: not judged)
         if len(bad):
             failing += 1
-            print(f"FAIL seed {seed}: init {init}, input {shape}, path {path}\n{bad.to_string()}", flush=True)
+            print(f"FAIL seed {seed}: init {init}, input {shape}, paths {paths}\n{bad.to_string()}", flush=True)
     kind = " (channels)" if args.channels else " (wide)" if args.wide else ""
     print(f"model {args.model}{kind}: {count} configurations from seed {args.start} ({on_v3} on the v3 path), "
           f"{failing} failing, {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")

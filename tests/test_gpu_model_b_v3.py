@@ -157,6 +157,25 @@ def test_random_configurations_parity():
     assert ran_v3 >= 45, ran_v3
 
 
+def test_random_wide_channel_counts_parity():
+    """More channels than the generator above draws: 16 random configurations with 9..32 groups, C_out up to 256
+    and C_in 13..32 (past 24 with k = 3, or 14 with k = 5, the box no longer fits and v2 runs), kernels 1..7,
+    pools 1..16, both modes, inputs as drawn and +100."""
+    ran_v3 = 0
+    for index in range(16):
+        rng = random.Random(9000 + index)
+        groups, k = rng.randint(9, 32), rng.choice([1, 3, 5, 7])
+        c_out, c_in, pool = groups * rng.randint(1, 256 // groups), rng.randint(13, 32), rng.randint(1, 16)
+        lo = rng.uniform(-2.0, 1.0)
+        init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, lo, lo + rng.uniform(0.05, 2.5)]
+        shape = (rng.choice([1, 2, 3]), c_in, k - 1 + pool + rng.randint(0, 30), k - 1 + pool + rng.randint(0, 30))
+        model, fused = _models(init)
+        ran_v3 += fused["v3 fp32"].path(torch.empty(shape, device="cuda")) == "v3"
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                             shifts=(0.0, 100.0), tf32={"v3 tf32"})
+    assert ran_v3 >= 8, ran_v3  # v3 exercised at these channel counts, not only v2 (8 of 16 on an H100)
+
+
 def test_plan_info_at_kernelbench_size():
     info = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, False, torch.cuda.current_device())
     # Four conv rows of the whole 128-wide input per tile: 512 GEMM rows, 32 tiles for 126 rows.

@@ -241,6 +241,26 @@ def test_random_configurations_parity(index):
                          tf32={"v3 tf32"})
 
 
+def test_random_wide_channel_counts_parity():
+    """More channels than the generator above draws: 16 random configurations with C_in 17..64 (several 16-channel
+    groups, the last partial) and C_out 25..64, both modes; v3 where its envelope allows."""
+    ran_v3 = 0
+    for index in range(16):
+        rng = random.Random(4000 + index)
+        k, s = rng.randint(1, 5), rng.randint(1, 2)
+        p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
+        c_in, c_out = rng.randint(17, 64), rng.randint(25, 64)
+        init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
+        sizes = [n for n in range(1, 9) if (n - 1) * s - 2 * p + k + op >= 2]
+        shape = (rng.choice([1, 2]), c_in, *(rng.choice(sizes) for _ in range(3)))
+        model, fused = _models(init)
+        fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
+        ran_v3 += fused["v3"].path(torch.empty(shape, device="cuda")) == "v3"
+        helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
+                             tf32={"v3 tf32"})
+    assert ran_v3 >= 8, ran_v3  # v3 exercised at these channel counts, not only v2 (8 of 16 on an H100)
+
+
 @pytest.mark.parametrize("slope, pool", [(0.0, 2), (0.01, 3), (1.0, 2), (-0.3, 2)])
 def test_other_slopes_and_pools(slope, pool):
     """Negative slope: leaky is not monotone, v2 must fall back to v1 and still be right."""
