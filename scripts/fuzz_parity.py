@@ -156,7 +156,8 @@ def main() -> int:
         bad = report[report["passed"] == False]  # noqa: E712  (None: not judged)
         if len(bad):
             failing += 1
-            print(f"FAIL seed {seed}: init {init}, input {shape}, paths {paths}\n{bad.to_string()}", flush=True)
+            table = bad.to_string(float_format=lambda v: f"{v:.3g}")
+            print(f"FAIL seed {seed}: init {init}, input {shape}, paths {paths}\n{table}", flush=True)
     kind = " (channels)" if args.channels else " (wide)" if args.wide else ""
     print(f"model {args.model}{kind}: {count} configurations from seed {args.start} ({on_v3} on the v3 path), "
           f"{failing} failing, {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")
