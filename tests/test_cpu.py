@@ -152,6 +152,7 @@ def test_results_round_trip_and_plots(tmp_path, monkeypatch):
     back = helpers.load_results("demo")
     assert back["env"]["torch"] == torch.__version__ and back["ceilings"]["copy_TBps"] == 3.0
     pd.testing.assert_frame_equal(back["timing"], summary)
+    pd.testing.assert_frame_equal(helpers.load_results("demo", root=tmp_path)["timing"], summary)  # explicit folder
     helpers.plot_timings(summary, env, "demo", save_stem="demo")
     helpers.plot_roofline(summary, {"bytes floor": 0.1}, env, "demo", save_stem="demo")
     for name in ("timing.png", "timing.svg", "roofline.png", "roofline.svg", "timing.csv", "env.json"):
