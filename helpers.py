@@ -608,9 +608,9 @@ def problem_size(module) -> dict:
 
     ``module`` is a kernels/model_*.py module (KernelBench convention). Its ``Model`` runs on the
     meta device (no memory, no GPU). Returns ``x_bytes`` and ``out_bytes`` (float32 input and
-    output, bytes) and ``conv_flops``: 2 multiply-adds' worth per product of the model's one
-    convolution, 2 * outputs * C_in / groups * taps for a conv, 2 * inputs * C_out / groups * taps
-    for a transposed conv (each input meets every tap once).
+    output, bytes) and ``conv_flops``, 2 FLOPs (a multiply and an add) per product of the model's
+    one convolution: 2 * outputs * C_in / groups * taps for a conv, 2 * inputs * C_out / groups *
+    taps for a transposed conv (each input meets every tap once).
     """
     import math
 

@@ -158,9 +158,9 @@ def test_random_configurations_parity():
 
 
 def test_random_wide_channel_counts_parity():
-    """More channels than the generator above draws: 16 random configurations with 9..32 groups, C_out up to 256
-    and C_in 13..32 (past 24 with k = 3, or 14 with k = 5, the box no longer fits and v2 runs), kernels 1..7,
-    pools 1..16, both modes, inputs as drawn and +100."""
+    """More channels than the generator above draws: 16 random configurations with 9..32 groups, C_out up to 256,
+    C_in 13..32, kernels 1..7 and pools 1..16, both modes, inputs as drawn and +100. Where the input box and weights
+    need more shared memory than the GPU gives a block (large C_in k^2), v2 runs."""
     ran_v3 = 0
     for index in range(16):
         rng = random.Random(9000 + index)
