@@ -4,7 +4,9 @@ One function per job:
 
 * environment  -- ``gpu_available``, ``environment_report``, ``git_commit``
 * build        -- ``load_kernel`` (``kernels/<name>.cu`` through ``load_inline``, cached by source hash)
-* parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``)
+* parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``),
+                  ``gradient_parity``
+* autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model)
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
@@ -349,6 +351,46 @@ def cudnn_tf32(allow: bool):
                        allow_tf32=allow)
 
 
+class _RecomputedBackward(torch.autograd.Function):
+    """Forward: ``fused(*tensors)``. Backward: ``unfused(*tensors)`` recomputed with autograd on and
+    differentiated (``recomputed_backward`` below)."""
+
+    @staticmethod
+    def forward(ctx, fused, unfused, allow_tf32, *tensors):
+        ctx.save_for_backward(*tensors)
+        ctx.unfused, ctx.allow_tf32 = unfused, allow_tf32
+        return fused(*tensors)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        needs = ctx.needs_input_grad[3:]
+        inputs = [None if t is None else t.detach().requires_grad_(need)
+                  for t, need in zip(ctx.saved_tensors, needs)]
+        wanted = [t for t, need in zip(inputs, needs) if need]
+        with torch.enable_grad(), cudnn_tf32(ctx.allow_tf32):
+            out = ctx.unfused(*inputs)
+            grads = torch.autograd.grad(out, wanted, grad_out, allow_unused=True)
+        grads = iter(torch.zeros_like(t) if g is None else g for t, g in zip(wanted, grads))
+        return (None, None, None, *(next(grads) if need else None for need in needs))
+
+
+def recomputed_backward(fused: Callable[..., torch.Tensor], unfused: Callable[..., torch.Tensor],
+                        tensors: Sequence[torch.Tensor | None], *, allow_tf32: bool) -> torch.Tensor:
+    """``fused(*tensors)``, differentiable: gradients are those of ``unfused(*tensors)``.
+
+    The fused kernels compute a forward only. Where autograd needs gradients (grad mode on and one of
+    ``tensors`` requires them), this saves ``tensors`` and, in the backward, recomputes the reference
+    model with PyTorch ops (``unfused``, the same arguments; cuDNN may use TF32 iff ``allow_tf32``) and
+    differentiates it: the backward costs a full unfused forward plus PyTorch's backward, and uses no
+    kernel of this repository. Otherwise it calls ``fused`` directly (no autograd node, nothing saved).
+    ``tensors`` may hold None (e.g. a conv without bias); an input the output does not depend on gets
+    a zero gradient.
+    """
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return _RecomputedBackward.apply(fused, unfused, allow_tf32, *tensors)
+    return fused(*tensors)
+
+
 def check_input(x, *, spatial_dims: int, in_channels: int, device: torch.device, who: str = "ModelNew") -> None:
     """Raise TypeError/ValueError naming the problem unless ``x`` is a float32 CUDA tensor of shape
     (N, in_channels, *spatial) with ``spatial_dims`` spatial dimensions, on ``device``."""
@@ -386,6 +428,56 @@ def errors_vs(truth: torch.Tensor, out: torch.Tensor) -> dict:
         "rel_l2": (diff.norm() / t.norm()).item() if t.numel() and t.norm() > 0 else diff.norm().item(),
         "nan_where_truth_finite": bool((torch.isnan(o) & ~torch.isnan(t)).any()),
     }
+
+
+def _gradients(module: torch.nn.Module, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor,
+               dtype: torch.dtype) -> dict:
+    """{"x0", "x1", ..., parameter names: gradient or None} of ``module`` at ``inputs`` (cast to ``dtype``)
+    against ``grad_out``; the module's own ``.grad`` fields are left alone."""
+    xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
+    params = dict(module.named_parameters())
+    grads = torch.autograd.grad(module(*xs), [*xs, *params.values()], grad_out.to(dtype), allow_unused=True)
+    return dict(zip([f"x{i}" for i in range(len(xs))] + list(params), grads))
+
+
+def gradient_parity(model: torch.nn.Module, fused: torch.nn.Module, inputs: Sequence[torch.Tensor],
+                    grad_out: torch.Tensor, *, allow_tf32: bool = False, raise_on_failure: bool = True
+                    ) -> pd.DataFrame:
+    """Gradients of ``fused`` judged as PARITY.md judges outputs, one row per input and parameter.
+
+    Ground truth: ``model`` in float64. Yardstick: ``model`` in float32 on the same device, cuDNN's
+    TF32 as ``allow_tf32`` says (off: PARITY.md's yardstick; on: what PyTorch's TF32 gives), cuBLAS's
+    off. ``fused`` must name its parameters as ``model`` does (KernelBench convention); their values
+    are copied from ``model`` here. Each gradient passes when its relative-L2 error is <= 4 x the
+    yardstick's + 1e-7 and its max-abs error <= 10 x the yardstick's + 1e-6 * max(1, max|truth|), with
+    no NaN where the truth has none. ``truth_norm`` shows that a gradient is not zero everywhere (a
+    clamp that saturates every output makes a vacuous case). A gradient that ``fused`` does not give
+    fails. Raises ``ParityError`` listing the failures unless ``raise_on_failure`` is False.
+    """
+    fused.load_state_dict(model.state_dict())
+    truth = _gradients(copy.deepcopy(model).double(), inputs, grad_out, torch.float64)
+    with strict_fp32(), cudnn_tf32(allow_tf32):
+        yard = _gradients(model, inputs, grad_out, torch.float32)
+    got = _gradients(fused, inputs, grad_out, torch.float32)
+    rows = []
+    for name, want in truth.items():
+        if want is None:
+            continue
+        row = {"tensor": name, "truth_norm": want.norm().item()}
+        if got.get(name) is None:
+            rows.append({**row, "passed": False})
+            continue
+        err, y = errors_vs(want, got[name]), errors_vs(want, yard[name])
+        scale = max(1.0, want.abs().max().item())
+        row.update(err, yardstick_rel_l2=y["rel_l2"], yardstick_max_abs=y["max_abs"],
+                   limit_rel_l2=4 * y["rel_l2"] + 1e-7, limit_max_abs=10 * y["max_abs"] + 1e-6 * scale)
+        row["passed"] = (err["rel_l2"] <= row["limit_rel_l2"] and err["max_abs"] <= row["limit_max_abs"]
+                         and not err["nan_where_truth_finite"])
+        rows.append(row)
+    report = pd.DataFrame(rows).set_index("tensor")
+    if raise_on_failure and not report.passed.all():
+        raise ParityError(f"gradient parity failed:\n{report[~report.passed].to_string()}")
+    return report
 
 
 def _call(module: torch.nn.Module, inputs: Sequence[torch.Tensor], out_like: torch.Tensor | None):

@@ -85,6 +85,83 @@ def _inputs(seed):
     return [torch.rand(2, 2, 5, 6, 7, generator=torch.Generator().manual_seed(seed))]
 
 
+def test_recomputed_backward_gives_the_unfused_gradients():
+    """The forward value is the fused callable's, the gradients are the unfused one's (a None tensor and an
+    unused one included), and without a tensor that needs a gradient no autograd node is made."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, dtype=torch.float64, requires_grad=True)
+
+    def unfused(x, w, bias, unused):
+        return torch.tanh(x * w).sum(dim=1)
+
+    def fused(x, w, bias, unused):  # the same value by another route, and visibly not unfused's
+        with torch.no_grad():
+            return torch.tanh(x * w).sum(dim=1) + 0.5
+
+    grad_out = torch.randn(3, dtype=torch.float64)
+    out = helpers.recomputed_backward(fused, unfused, (x, w, None, unused), allow_tf32=False)
+    torch.testing.assert_close(out, unfused(x, w, None, unused) + 0.5)
+    got = torch.autograd.grad(out, (x, w, unused), grad_out)
+    want = torch.autograd.grad(unfused(x, w, None, unused), (x, w), grad_out)
+    torch.testing.assert_close(got[:2], want, atol=0, rtol=0)
+    assert torch.equal(got[2], torch.zeros_like(unused))
+    with torch.no_grad():
+        assert helpers.recomputed_backward(fused, unfused, (x, w, None, unused), allow_tf32=False).grad_fn is None
+    frozen = [t.detach() for t in (x, w, unused)]
+    assert helpers.recomputed_backward(fused, unfused, (frozen[0], frozen[1], None, frozen[2]),
+                                       allow_tf32=False).grad_fn is None
+
+
+def test_gradient_parity_passes_pytorch_and_catches_a_wrong_gradient():
+    """A copy of the model passes; one whose multiplier gradient is lost or off by 1e-3 fails."""
+    init = [2, 4, 3, (4, 1, 1, 1), -0.8, 0.9]
+    model = A.Model(*init)
+    helpers.randomize_parameters(model, 1)
+    x, grad_out = torch.rand(2, 2, 5, 6, 7), torch.randn(2, 3, 4, 5)
+    report = helpers.gradient_parity(model, A.Model(*init), [x], grad_out)
+    assert list(report.index) == ["x0", "multiplier", "conv.weight", "conv.bias"] and report.passed.all()
+    assert (report.drop("conv.bias").truth_norm > 0).all()  # InstanceNorm cancels the bias: its gradient is ~0
+
+    class Detached(A.Model):
+        def forward(self, x):
+            m = self.multiplier.detach()
+            y = self.instance_norm(self.conv(x) * m)
+            return (torch.clamp(y, self.clamp_min, self.clamp_max) * m).max(dim=1)[0]
+
+    class Scaled(A.Model):
+        def forward(self, x):
+            y = super().forward(x)
+            return y + 1e-3 * (y - y.detach())  # the same value; every gradient 1.001 x
+
+    for broken in (Detached(*init), Scaled(*init)):
+        with pytest.raises(helpers.ParityError, match="multiplier"):
+            helpers.gradient_parity(model, broken, [x], grad_out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_model_new_backward_recomputes_the_reference(seed):
+    """What ModelNew's backward differentiates is Model itself: values and gradients in float64, zero and
+    negative multipliers, clamp bounds of either sign, inputs shifted by +100 on odd seeds."""
+    g = torch.Generator().manual_seed(seed)
+    lo = float(torch.empty(1).uniform_(-1.5, 0.5, generator=g))
+    init = [2, 5, 3, (5, 1, 1, 1), lo, lo + 1.0]
+    model = A.Model(*init).double()
+    helpers.randomize_parameters(model, seed)
+    fused = A.ModelNew(*init).double()
+    fused.load_state_dict(model.state_dict())
+    x = torch.rand(2, 2, 5, 6, 7, generator=g, dtype=torch.float64) + (100.0 if seed % 2 else 0.0)
+    params = (model.conv.weight, model.conv.bias, model.multiplier)
+    want = model(x)
+    got = fused._unfused(x, fused.conv.weight, fused.conv.bias, fused.multiplier)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    grad_out = torch.randn(want.shape, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad(got, (fused.conv.weight, fused.conv.bias, fused.multiplier),
+                                                   grad_out),
+                               torch.autograd.grad(want, params, grad_out), atol=1e-10, rtol=1e-10)
+
+
 def test_parity_passes_an_exact_contender():
     model = _tiny_model()
     report = helpers.parity_sweep(model, {"same": _Offset(0.0)}, _inputs, seeds=(0, 1))
