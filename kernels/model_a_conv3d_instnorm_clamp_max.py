@@ -21,11 +21,16 @@ constant cancels exactly (and PyTorch would add it in a separate pass over the c
 
 Envelope of ``ModelNew``: float32 CUDA input of shape (N, C_in, D, H, W), any N (0 included),
 any conv configuration ``nn.Conv3d`` accepts with its defaults, 1 <= C_out <= 8192, multiplier
-of shape (C_out, 1, 1, 1), any clamp bounds. Forward only: the output carries no autograd graph.
-v3 needs, in addition, a GPU of compute capability 9.0 or newer, a cubic kernel of side 1..5,
-C_out <= 32, and a sample small enough for 16 CTAs (see the .cu header); outside that, v3 runs
-v1 (``ModelNew.path(x)`` says which one runs and why).
+of shape (C_out, 1, 1, 1), any clamp bounds. v3 needs, in addition, a GPU of compute capability
+9.0 or newer, a cubic kernel of side 1..5, C_out <= 32, and a sample small enough for 16 CTAs (see
+the .cu header); outside that, v3 runs v1 (``ModelNew.path(x)`` says which one runs and why).
 Anything else raises a ValueError/TypeError that names the argument.
+
+Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
+the backward recomputes the unfused forward with PyTorch ops (with the conv bias, TF32 as
+``allow_tf32`` says) and differentiates that (``helpers.recomputed_backward``), so gradients for the
+input, the conv weight and bias and the multiplier are PyTorch's. It costs a full unfused forward plus
+PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
@@ -182,30 +187,42 @@ class ModelNew(nn.Module):
         return "v3" if not reason else f"v1 (v3 unsupported: {reason})"
 
     def forward(self, x, out: torch.Tensor | None = None):
-        """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it."""
+        """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it.
+
+        Differentiable: where autograd needs gradients, the backward recomputes the unfused model with
+        PyTorch ops (``helpers.recomputed_backward``)."""
         helpers.check_input(x, spatial_dims=3, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
-        if self.path(x) == "v3":
-            return self._forward_v3(x.contiguous(), out)
+        fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1
+        return helpers.recomputed_backward(
+            lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out), self._unfused,
+            (x.contiguous(), self.conv.weight, self.conv.bias, self.multiplier), allow_tf32=self.allow_tf32)
+
+    def _unfused(self, x, weight, bias, multiplier):
+        """The reference computation in PyTorch ops, on the given tensors (the backward differentiates it)."""
+        y = F.conv3d(x, weight, bias) * multiplier
+        y = F.instance_norm(y, eps=self.instance_norm.eps)
+        return (torch.clamp(y, self.clamp_min, self.clamp_max) * multiplier).max(dim=1).values
+
+    def _forward_v1(self, x, weight, multiplier, out):
         # A contiguous input gives cuDNN's NCDHW output; channels-last inputs would give a
         # channels-last conv output, and making that contiguous would copy the largest tensor.
         with helpers.cudnn_tf32(self.allow_tf32):
             # No bias: InstanceNorm removes any per-channel constant, so the bias cannot change
             # the output, and cuDNN would add it in a separate pass over the conv output.
-            y = F.conv3d(x.contiguous(), self.conv.weight, None, self.conv.stride, self.conv.padding,
-                         self.conv.dilation, self.conv.groups)
+            y = F.conv3d(x, weight, None, self.conv.stride, self.conv.padding, self.conv.dilation, self.conv.groups)
         y = y.contiguous()  # a no-op for the NCDHW output above
         if y.shape[2] * y.shape[3] * y.shape[4] == 1:
             raise ValueError(f"ModelNew: the conv output has one spatial element per channel (shape "
                              f"{tuple(y.shape)}); InstanceNorm3d needs more than one, as in PyTorch")
         if out is None:
             out = torch.empty((y.shape[0], *y.shape[2:]), device=y.device, dtype=y.dtype)
-        return _load_extension().fused_tail(y, self.multiplier.detach(), self.clamp_min, self.clamp_max,
+        return _load_extension().fused_tail(y, multiplier.detach(), self.clamp_min, self.clamp_max,
                                             float(self.instance_norm.eps), out)
 
-    def _forward_v3(self, x, out):
+    def _forward_v3(self, x, weight, multiplier, out):
         k = self.conv.kernel_size[0]
         out_size = [s - k + 1 for s in x.shape[2:]]
         if out_size[0] * out_size[1] * out_size[2] == 1:
@@ -213,6 +230,5 @@ class ModelNew(nn.Module):
                              f"{tuple(x.shape)}); InstanceNorm3d needs more than one, as in PyTorch")
         if out is None:
             out = torch.empty((x.shape[0], *out_size), device=x.device, dtype=x.dtype)
-        return _load_extension(KERNEL_V3).forward(x, self.conv.weight.detach(), self.multiplier.detach(),
-                                                  self.clamp_min, self.clamp_max, float(self.instance_norm.eps),
-                                                  self.allow_tf32, out)
+        return _load_extension(KERNEL_V3).forward(x, weight.detach(), multiplier.detach(), self.clamp_min,
+                                                  self.clamp_max, float(self.instance_norm.eps), self.allow_tf32, out)

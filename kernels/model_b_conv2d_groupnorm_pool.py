@@ -25,11 +25,17 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 Envelope of ``ModelNew``: float32 CUDA input (N, C_in, H, W), any N (0 included), any conv
 configuration ``nn.Conv2d`` accepts with its defaults, ``num_groups`` dividing C_out, scale of
 shape (C_out, 1, 1), pool 1..16 and no larger than the conv output (PyTorch raises there too),
-any clamp bounds. Forward only: the output carries no autograd graph. v3 needs, in addition, a
-GPU of compute capability 8.0 or newer, a conv with stride 1, no padding, dilation 1, groups 1
-and a kernel of at most 7 x 7, and C_in * kh * kw small enough for the input box and weights to
-fit in shared memory (see the .cu header); outside that, v3 runs v2 (``ModelNew.path(x)`` says
-which one runs and why). Anything else raises a ValueError/TypeError naming the argument.
+any clamp bounds. v3 needs, in addition, a GPU of compute capability 8.0 or newer, a conv with
+stride 1, no padding, dilation 1, groups 1 and a kernel of at most 7 x 7, and C_in * kh * kw small
+enough for the input box and weights to fit in shared memory (see the .cu header); outside that, v3
+runs v2 (``ModelNew.path(x)`` says which one runs and why). Anything else raises a
+ValueError/TypeError naming the argument.
+
+Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
+the backward recomputes the unfused forward with PyTorch ops (TF32 as ``allow_tf32`` says) and
+differentiates that (``helpers.recomputed_backward``), so gradients for the input, the conv weight
+and bias, the GroupNorm weight and bias and the scale are PyTorch's. It costs a full unfused forward
+plus PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
@@ -236,23 +242,31 @@ class ModelNew(nn.Module):
             raise ValueError(f"ModelNew: the pool window ({self.pool}) is larger than the conv output "
                              f"({h} x {w}); PyTorch's MaxPool2d refuses this too")
 
-    def _parameters_for_kernels(self):
-        return (self.conv.bias.detach(), self.group_norm.weight.detach(), self.group_norm.bias.detach(),
-                self.scale.detach())
-
     def forward(self, x, out: torch.Tensor | None = None):
-        """x: (N, C_in, H, W) float32 CUDA -> (N, C_out, H' // P, W' // P); ``out`` optionally receives it."""
+        """x: (N, C_in, H, W) float32 CUDA -> (N, C_out, H' // P, W' // P); ``out`` optionally receives it.
+
+        Differentiable: where autograd needs gradients, the backward recomputes the unfused model with
+        PyTorch ops (``helpers.recomputed_backward``)."""
         helpers.check_input(x, spatial_dims=2, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
-        if self.path(x) == "v3":
-            return self._forward_v3(x.contiguous(), out)
+        fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1_v2
+        tensors = (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight, self.group_norm.bias,
+                   self.scale)
+        return helpers.recomputed_backward(lambda *t: fused(*(v.detach() for v in t), out), self._unfused, tensors,
+                                           allow_tf32=self.allow_tf32)
+
+    def _unfused(self, x, weight, bias, gamma, beta, scale):
+        """The reference computation in PyTorch ops, on the given tensors (the backward differentiates it)."""
+        y = F.group_norm(F.conv2d(x, weight, bias), self.group_norm.num_groups, gamma, beta, self.group_norm.eps)
+        return torch.clamp(F.max_pool2d(y * scale, self.pool), self.clamp_min, self.clamp_max)
+
+    def _forward_v1_v2(self, x, weight, bias, gamma, beta, scale, out):
         with helpers.cudnn_tf32(self.allow_tf32):
             # No bias here: cuDNN would add it in a separate pass over the whole conv output;
             # the kernels add it on the fly.
-            y = F.conv2d(x.contiguous(), self.conv.weight, None, self.conv.stride, self.conv.padding,
-                         self.conv.dilation, self.conv.groups)
+            y = F.conv2d(x, weight, None, self.conv.stride, self.conv.padding, self.conv.dilation, self.conv.groups)
         y = y.contiguous()  # a no-op for the NCHW output above
         h, w = y.shape[2], y.shape[3]
         self._check_pool(h, w)
@@ -260,10 +274,10 @@ class ModelNew(nn.Module):
             out = torch.empty((y.shape[0], y.shape[1], h // self.pool, w // self.pool), device=y.device,
                               dtype=y.dtype)
         return _load_extension().fused_tail(
-            y, *self._parameters_for_kernels(), self.group_norm.num_groups, self.pool, self.clamp_min,
-            self.clamp_max, float(self.group_norm.eps), self.variant != "v1", out)
+            y, bias, gamma, beta, scale, self.group_norm.num_groups, self.pool, self.clamp_min, self.clamp_max,
+            float(self.group_norm.eps), self.variant != "v1", out)
 
-    def _forward_v3(self, x, out):
+    def _forward_v3(self, x, weight, bias, gamma, beta, scale, out):
         kh, kw = self.conv.kernel_size
         h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
         self._check_pool(h, w)
@@ -271,5 +285,5 @@ class ModelNew(nn.Module):
             out = torch.empty((x.shape[0], self.conv.out_channels, h // self.pool, w // self.pool),
                               device=x.device, dtype=x.dtype)
         return _load_extension(KERNEL_V3).forward(
-            x, self.conv.weight.detach(), *self._parameters_for_kernels(), self.group_norm.num_groups, self.pool,
-            self.clamp_min, self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out, self.wgmma)
+            x, weight, bias, gamma, beta, scale, self.group_norm.num_groups, self.pool, self.clamp_min,
+            self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out, self.wgmma)

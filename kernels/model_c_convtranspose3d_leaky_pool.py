@@ -17,9 +17,11 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 * ``variant="v1"``: the same conv, then f(v) = leaky(m * leaky(v + bias)) on every element and a
   max-pool, in one pass.
 
-Autograd: ``ModelNew`` trains. Its backward recomputes the unfused forward with PyTorch ops and
-differentiates that (a first version: the backward costs a full unfused forward plus PyTorch's
-backward), so gradients for the input, the conv weight and bias and the multiplier are PyTorch's.
+Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
+the backward recomputes the unfused forward with PyTorch ops (TF32 as ``allow_tf32`` says) and
+differentiates that (``helpers.recomputed_backward``), so gradients for the input, the conv weight and
+bias and the multiplier are PyTorch's. It costs a full unfused forward plus PyTorch's backward. Under
+``torch.no_grad()`` nothing is saved.
 
 Envelope of ``ModelNew``: float32 CUDA input (N, C_in, D, H, W), any N (0 included), any
 configuration ``nn.ConvTranspose3d`` accepts, multiplier of shape (C_out, 1, 1, 1), pool 1..8
@@ -169,44 +171,26 @@ def _unfused(x, weight, bias, multiplier, cfg):
     return F.max_pool3d(y, cfg["pool"])
 
 
-class _FusedForwardRecomputedBackward(torch.autograd.Function):
-    """Forward: v3's single kernel, or cuDNN's transposed conv + v1/v2's fused pass.
-    Backward: recompute with PyTorch ops."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, multiplier, cfg):
-        ctx.save_for_backward(x, weight, bias, multiplier)
-        ctx.cfg = cfg
-        p = cfg["pool"]
-        conv_size = conv_output_size(x.shape[2:], cfg)
-        if min(conv_size) < p:
-            raise ValueError(f"ModelNew: the pool window ({p}) is larger than the conv output "
-                             f"{conv_size}; PyTorch's MaxPool3d refuses this too")
-        out = cfg["out"]
-        if out is None:
-            out = torch.empty((x.shape[0], cfg["out_channels"], *(s // p for s in conv_size)), device=x.device,
-                              dtype=x.dtype)
-        if cfg["path"] == "v3":
-            return _load_extension(KERNEL_V3).forward(
-                x, weight, bias, multiplier.reshape(-1), list(cfg["stride"]), list(cfg["padding"]),
-                list(cfg["output_padding"]), p, cfg["slope"], cfg["allow_tf32"], out)
-        with helpers.cudnn_tf32(cfg["allow_tf32"]):
-            y = F.conv_transpose3d(x, weight, None, stride=cfg["stride"], padding=cfg["padding"],
-                                   output_padding=cfg["output_padding"], dilation=cfg["dilation"],
-                                   groups=cfg["groups"]).contiguous()
-        return _load_extension().fused_tail(y, bias, multiplier.reshape(-1), cfg["slope"], p,
-                                            cfg["path"] == "v2", out)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight, bias, multiplier = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) for t, need in zip((x, weight, bias, multiplier),
-                                                                     ctx.needs_input_grad[:4])]
-        with torch.enable_grad(), helpers.cudnn_tf32(ctx.cfg["allow_tf32"]):
-            out = _unfused(*inputs, ctx.cfg)
-            wanted = [t for t in inputs if t.requires_grad]
-            grads = iter(torch.autograd.grad(out, wanted, grad_out))
-        return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+def _fused(x, weight, bias, multiplier, cfg):
+    """The forward: v3's single kernel, or cuDNN's transposed conv + v1/v2's fused pass."""
+    p = cfg["pool"]
+    conv_size = conv_output_size(x.shape[2:], cfg)
+    if min(conv_size) < p:
+        raise ValueError(f"ModelNew: the pool window ({p}) is larger than the conv output "
+                         f"{conv_size}; PyTorch's MaxPool3d refuses this too")
+    out = cfg["out"]
+    if out is None:
+        out = torch.empty((x.shape[0], cfg["out_channels"], *(s // p for s in conv_size)), device=x.device,
+                          dtype=x.dtype)
+    if cfg["path"] == "v3":
+        return _load_extension(KERNEL_V3).forward(
+            x, weight, bias, multiplier.reshape(-1), list(cfg["stride"]), list(cfg["padding"]),
+            list(cfg["output_padding"]), p, cfg["slope"], cfg["allow_tf32"], out)
+    with helpers.cudnn_tf32(cfg["allow_tf32"]):
+        y = F.conv_transpose3d(x, weight, None, stride=cfg["stride"], padding=cfg["padding"],
+                               output_padding=cfg["output_padding"], dilation=cfg["dilation"],
+                               groups=cfg["groups"]).contiguous()
+    return _load_extension().fused_tail(y, bias, multiplier.reshape(-1), cfg["slope"], p, cfg["path"] == "v2", out)
 
 
 class ModelNew(nn.Module):
@@ -263,4 +247,7 @@ class ModelNew(nn.Module):
         cfg["path"] = self._path(x, cfg)[:2]
         cfg["out"] = out
         ct = self.conv_transpose
-        return _FusedForwardRecomputedBackward.apply(x.contiguous(), ct.weight, ct.bias, self.multiplier, cfg)
+        return helpers.recomputed_backward(lambda *t: _fused(*(v.detach() for v in t), cfg),
+                                           lambda *t: _unfused(*t, cfg),
+                                           (x.contiguous(), ct.weight, ct.bias, self.multiplier),
+                                           allow_tf32=self.allow_tf32)

@@ -202,3 +202,25 @@ def test_runs_on_the_current_stream(on_busy_side_stream):
         # the check can fail: the same forward launched on the default stream reads the stale input
         wrong = on_busy_side_stream(on_busy_side_stream.on_default_stream(fused), x_stale, x_new)
         assert not torch.equal(wrong, expected)
+
+
+@pytest.mark.parametrize("variant, allow_tf32", [("v1", False), ("v3", False), ("v3", True)])
+@pytest.mark.parametrize("shift", [0.0, 100.0])
+def test_gradients_match_pytorch(variant, allow_tf32, shift):
+    """ModelNew trains: its backward recomputes the unfused model (helpers.recomputed_backward). Every gradient
+    (input, conv weight and bias, multiplier) is judged as PARITY.md judges outputs, against PyTorch's float32
+    gradients with TF32 as the mode says; a zero and a negative multiplier, odd sizes. Under autograd the forward
+    is still the fused kernel's, bit for bit."""
+    init = [3, 6, 3, (6, 1, 1, 1), -0.8, 0.9]
+    model = A.Model(*init).cuda()
+    helpers.randomize_parameters(model, 4)
+    fused = A.ModelNew(*init, variant=variant, allow_tf32=allow_tf32).cuda()
+    x = torch.rand(3, 3, 6, 7, 9, device="cuda") + shift
+    if torch.cuda.get_device_capability() >= (9, 0):
+        assert fused.path(x) == variant
+    report = helpers.gradient_parity(model, fused, [x], torch.randn(3, 4, 5, 7, device="cuda"),
+                                     allow_tf32=allow_tf32)
+    assert (report.drop("conv.bias").truth_norm > 0).all()  # the bias cancels in InstanceNorm: its gradient is ~0
+    with torch.no_grad():
+        plain = fused(x)
+    assert torch.equal(fused(x.clone().requires_grad_()), plain)
