@@ -210,7 +210,7 @@ def test_gradients_match_pytorch(variant, allow_tf32, shift):
     """ModelNew trains: its backward recomputes the unfused model (helpers.recomputed_backward). Every gradient
     (input, conv weight and bias, multiplier) is judged as PARITY.md judges outputs, against PyTorch's float32
     gradients with TF32 as the mode says; a zero and a negative multiplier, odd sizes. Under autograd the forward
-    is still the fused kernel's, bit for bit."""
+    is still the fused kernel's."""
     init = [3, 6, 3, (6, 1, 1, 1), -0.8, 0.9]
     model = A.Model(*init).cuda()
     helpers.randomize_parameters(model, 4)
@@ -223,4 +223,8 @@ def test_gradients_match_pytorch(variant, allow_tf32, shift):
     assert (report.drop("conv.bias").truth_norm > 0).all()  # the bias cancels in InstanceNorm: its gradient is ~0
     with torch.no_grad():
         plain = fused(x)
-    assert torch.equal(fused(x.clone().requires_grad_()), plain)
+    trained = fused(x.clone().requires_grad_())
+    assert type(trained.grad_fn).__name__ == "_RecomputedBackwardBackward"
+    if variant == "v3":  # the same kernel, bit for bit; cuDNN's conv (v1, v2) need not repeat to the bit
+        assert torch.equal(trained, plain)
+    torch.testing.assert_close(trained, plain, rtol=1e-6, atol=1e-6)

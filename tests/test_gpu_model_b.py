@@ -139,7 +139,7 @@ def test_gradients_match_pytorch(variant, allow_tf32, init, shape):
     """ModelNew trains: its backward recomputes the unfused model (helpers.recomputed_backward). Every gradient
     (input, conv weight and bias, GroupNorm weight and bias, scale) is judged as PARITY.md judges outputs, against
     PyTorch's float32 gradients with TF32 as the mode says; zero and negative gamma and scale, inputs as drawn and
-    +100. Under autograd the forward is still the fused kernel's, bit for bit."""
+    +100. Under autograd the forward is still the fused kernel's."""
     model = B.Model(*init).cuda()
     helpers.randomize_parameters(model, 5)
     fused = B.ModelNew(*init, variant=variant, allow_tf32=allow_tf32).cuda()
@@ -151,4 +151,8 @@ def test_gradients_match_pytorch(variant, allow_tf32, init, shape):
         assert (report.truth_norm > 0).all()
         with torch.no_grad():
             plain = fused(x)
-        assert torch.equal(fused(x.clone().requires_grad_()), plain)
+        trained = fused(x.clone().requires_grad_())
+        assert type(trained.grad_fn).__name__ == "_RecomputedBackwardBackward"
+        if variant == "v3":  # the same kernel, bit for bit; cuDNN's conv (v1, v2) need not repeat to the bit
+            assert torch.equal(trained, plain)
+        torch.testing.assert_close(trained, plain, rtol=1e-6, atol=1e-6)
