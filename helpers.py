@@ -6,7 +6,8 @@ One function per job:
 * build        -- ``load_kernel`` (``kernels/<name>.cu`` through ``load_inline``, cached by source hash)
 * parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``),
                   ``gradient_parity``
-* autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model)
+* autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model),
+                  ``check_forward_under_autograd``
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
@@ -389,6 +390,22 @@ def recomputed_backward(fused: Callable[..., torch.Tensor], unfused: Callable[..
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _RecomputedBackward.apply(fused, unfused, allow_tf32, *tensors)
     return fused(*tensors)
+
+
+def check_forward_under_autograd(fused: torch.nn.Module, x: torch.Tensor, *, bitwise: bool) -> None:
+    """Raise ``ParityError`` unless ``fused(x)`` with ``x`` requiring a gradient is still the fused forward:
+    the output carries ``recomputed_backward``'s node and equals the output under ``torch.no_grad()``, to the
+    bit where ``bitwise`` (a kernel of this repository), else to 1e-6 (cuDNN's convs need not repeat to the bit)."""
+    with torch.no_grad():
+        plain = fused(x)
+    trained = fused(x.detach().clone().requires_grad_())
+    if not isinstance(trained.grad_fn, _RecomputedBackward._backward_cls):
+        raise ParityError(f"check_forward_under_autograd: the output's grad_fn is {type(trained.grad_fn).__name__}")
+    same = (torch.equal(trained, plain) if bitwise
+            else torch.allclose(trained, plain, rtol=1e-6, atol=1e-6, equal_nan=True))
+    if not same:
+        raise ParityError("check_forward_under_autograd: the output under autograd differs from the one under "
+                          f"no_grad by {(trained - plain).abs().max().item():.3g}")
 
 
 def check_input(x, *, spatial_dims: int, in_channels: int, device: torch.device, who: str = "ModelNew") -> None:

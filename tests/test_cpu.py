@@ -140,6 +140,30 @@ def test_gradient_parity_passes_pytorch_and_catches_a_wrong_gradient():
             helpers.gradient_parity(model, broken, [x], grad_out)
 
 
+def test_check_forward_under_autograd():
+    """Passes a module whose forward goes through recomputed_backward; fails one that bypasses it, and one whose
+    output under autograd is not the one under no_grad."""
+    class Toy(torch.nn.Module):
+        def __init__(self, route):
+            super().__init__()
+            self.w, self.route = torch.nn.Parameter(torch.randn(4)), route
+
+        def forward(self, x):
+            def unfused(x, w):
+                return torch.tanh(x * w)
+            if self.route == "bypass":
+                return unfused(x, self.w)
+            offset = 1e-3 if self.route == "differs" and torch.is_grad_enabled() else 0.0
+            return helpers.recomputed_backward(lambda x, w: unfused(x, w).detach() + offset, unfused, (x, self.w),
+                                               allow_tf32=False)
+
+    x = torch.randn(3, 4)
+    helpers.check_forward_under_autograd(Toy("fused"), x, bitwise=True)
+    for route in ("bypass", "differs"):
+        with pytest.raises(helpers.ParityError):
+            helpers.check_forward_under_autograd(Toy(route), x, bitwise=False)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_model_new_backward_recomputes_the_reference(seed):
     """What ModelNew's backward differentiates is Model itself: values and gradients in float64, zero and
