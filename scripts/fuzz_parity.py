@@ -29,36 +29,25 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import torch  # noqa: E402
 
 import helpers  # noqa: E402
-
-
-def _draw_a(rng: random.Random, c_out_ranges, c_in_ranges, batches, most_extra: int):
-    """One model A configuration: C_out and C_in each from one of their ranges (picked evenly), sides
-    k + 0..most_extra. Draws in a fixed order, so a seed names the same configuration as before this helper."""
-    k = rng.randint(1, 5)
-    c_out = rng.choice([rng.randint(lo, hi) for lo, hi in c_out_ranges])
-    c_in = rng.choice([rng.randint(lo, hi) for lo, hi in c_in_ranges])
-    lo = rng.uniform(-3.0, 1.0)
-    hi = lo + rng.choice([0.0, rng.uniform(0.01, 3.0)])
-    shape = (rng.choice(batches), c_in, *(k + rng.randint(0, most_extra) for _ in range(3)))
-    if shape[2] == shape[3] == shape[4] == k:  # one output element: PyTorch refuses it
-        shape = (*shape[:4], k + 1)
-    return [c_in, c_out, k, (c_out, 1, 1, 1), lo, hi], shape
+import test_gpu_model_a_v3 as TA  # noqa: E402  (the generators live beside the tests that use them)
+import test_gpu_model_b_v3 as TB  # noqa: E402
+import test_gpu_model_c as TC  # noqa: E402
+from kernels import model_c_convtranspose3d_leaky_pool as C  # noqa: E402
 
 
 def wide_a(rng: random.Random):
     """Model A, larger than the tests' generator: sides up to k + 40, batch up to 17, C_in up to 16."""
-    return _draw_a(rng, [(1, 32), (1, 32), (33, 64)], [(1, 4), (5, 16)], [1, 2, 3, 7, 17], 40)
+    return TA._draw_config(rng, [(1, 32), (1, 32), (33, 64)], [(1, 4), (5, 16)], [1, 2, 3, 7, 17], 40)
 
 
 def channels_a(rng: random.Random):
     """Model A over the issue's whole channel range: C_in 1..64 and C_out 1..128, sides up to k + 16, batch up to 3
     (small samples, so that the float64 reference stays quick with 64 input channels)."""
-    return _draw_a(rng, [(1, 32), (33, 128)], [(1, 16), (17, 64)], [1, 2, 3], 16)
+    return TA._draw_config(rng, [(1, 32), (33, 128)], [(1, 16), (17, 64)], [1, 2, 3], 16)
 
 
 def wide_b(rng: random.Random):
     """Model B: the tests' generator, half the time with H and W up to 150 larger."""
-    import test_gpu_model_b_v3 as TB
     init, shape = TB._random_config(rng)
     if rng.random() < 0.5:
         shape = (rng.choice([1, 2, 9]), shape[1], shape[2] + rng.randint(0, 150), shape[3] + rng.randint(0, 150))
@@ -69,47 +58,23 @@ def channels_b(rng: random.Random):
     """Model B with more channels than the tests' generator: groups 1..32, C_out up to 256 (a multiple of the
     groups), C_in 1..32, kernels 1, 3, 5, 7, pools 1..16, sides up to k - 1 + pool + 40, batch up to 3. Where the
     input box and weights need more shared memory than the GPU gives a block (large C_in k^2), v2 runs."""
-    groups = rng.choice([rng.randint(1, 8), rng.randint(9, 32)])
-    c_out = groups * rng.randint(1, max(1, 256 // groups))
-    k = rng.choice([1, 3, 5, 7])
-    pool = rng.choice([rng.randint(1, 8), rng.randint(9, 16)])
-    lo = rng.uniform(-2.0, 1.0)
-    hi = lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])
-    c_in = rng.choice([rng.randint(1, 12), rng.randint(13, 32)])
-    init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, lo, hi]
-    shape = (rng.choice([1, 2, 3]), c_in, k - 1 + pool + rng.randint(0, 40), k - 1 + pool + rng.randint(0, 40))
-    return init, shape
+    return TB._draw_channels_config(rng, [(1, 8), (9, 32)], [(1, 12), (13, 32)], [(1, 8), (9, 16)], 40)
 
 
 def channels_c(rng: random.Random):
     """Model C with more channels than the tests' generator: C_in 1..64 (partial 16-channel groups), C_out 1..64,
     kernel 1..5, stride 1..3, any valid padding and output padding, sides 1..9, batch up to 3."""
-    k, s = rng.randint(1, 5), rng.randint(1, 3)
-    p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
-    c_out = rng.choice([rng.randint(1, 24), rng.randint(25, 64)])
-    c_in = rng.choice([rng.randint(1, 16), rng.randint(17, 64)])
-    init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
-
-    def out_size(n):
-        return (n - 1) * s - 2 * p + k + op
-    # sizes whose conv output holds at least one 2 x 2 x 2 window (the reference raises otherwise)
-    spatial = [rng.choice([n for n in range(1, 10) if out_size(n) >= 2]) for _ in range(3)]
-    return init, (rng.choice([1, 2, 3]), c_in, *spatial)
+    return TC._draw_channels_config(rng, 3, [(1, 24), (25, 64)], [(1, 16), (17, 64)], 9, [1, 2, 3])
 
 
 def suite(model: str, wide: bool, channels: bool = False):
     """(configuration generator, fused modules for an init, shifts, contenders judged in the TF32 mode)."""
     if model == "A":
-        import test_gpu_model_a_v3 as TA
         generate = channels_a if channels else wide_a if wide else TA._random_config
         return generate, TA._models, (0.0, 100.0), {"v3 tf32"}
     if model == "B":
-        import test_gpu_model_b_v3 as TB
         generate = channels_b if channels else wide_b if wide else TB._random_config
         return generate, TB._models, (0.0, 100.0), {"v3 tf32"}
-    import test_gpu_model_c as TC
-    from kernels import model_c_convtranspose3d_leaky_pool as C
-
     def models(init):
         model, fused = TC._models(init)
         fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()

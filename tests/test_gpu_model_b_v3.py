@@ -157,18 +157,31 @@ def test_random_configurations_parity():
     assert ran_v3 >= 45, ran_v3
 
 
+def _draw_channels_config(rng: random.Random, group_ranges, c_in_ranges, pool_ranges, most_extra: int):
+    """More channels than the generator above: groups and C_in and pools each from one of their ranges (picked
+    evenly), C_out a multiple of the groups up to 256, kernels 1, 3, 5, 7, sides k - 1 + pool + 0..most_extra,
+    batch up to 3, clamp bounds of either sign (equal half the time). The wide-channel test below and the fuzz's
+    ``--channels`` (scripts/fuzz_parity.py) draw through it, in the order the fuzz always drew, so its seeds name
+    the same configurations as before."""
+    groups = rng.choice([rng.randint(lo, hi) for lo, hi in group_ranges])
+    c_out = groups * rng.randint(1, max(1, 256 // groups))
+    k = rng.choice([1, 3, 5, 7])
+    pool = rng.choice([rng.randint(lo, hi) for lo, hi in pool_ranges])
+    clamp_lo = rng.uniform(-2.0, 1.0)
+    clamp_hi = clamp_lo + rng.choice([0.0, rng.uniform(0.05, 2.5)])
+    c_in = rng.choice([rng.randint(lo, hi) for lo, hi in c_in_ranges])
+    init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, clamp_lo, clamp_hi]
+    side = k - 1 + pool
+    return init, (rng.choice([1, 2, 3]), c_in, side + rng.randint(0, most_extra), side + rng.randint(0, most_extra))
+
+
 def test_random_wide_channel_counts_parity():
     """More channels than the generator above draws: 16 random configurations with 9..32 groups, C_out up to 256,
     C_in 13..32, kernels 1..7 and pools 1..16, both modes, inputs as drawn and +100. Where the input box and weights
     need more shared memory than the GPU gives a block (large C_in k^2), v2 runs."""
     ran_v3 = 0
     for index in range(16):
-        rng = random.Random(9000 + index)
-        groups, k = rng.randint(9, 32), rng.choice([1, 3, 5, 7])
-        c_out, c_in, pool = groups * rng.randint(1, 256 // groups), rng.randint(13, 32), rng.randint(1, 16)
-        lo = rng.uniform(-2.0, 1.0)
-        init = [c_in, c_out, k, groups, (c_out, 1, 1), pool, lo, lo + rng.uniform(0.05, 2.5)]
-        shape = (rng.choice([1, 2, 3]), c_in, k - 1 + pool + rng.randint(0, 30), k - 1 + pool + rng.randint(0, 30))
+        init, shape = _draw_channels_config(random.Random(9000 + index), [(9, 32)], [(13, 32)], [(1, 16)], 30)
         model, fused = _models(init)
         ran_v3 += fused["v3 fp32"].path(torch.empty(shape, device="cuda")) == "v3"
         helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),

@@ -241,18 +241,31 @@ def test_random_configurations_parity(index):
                          tf32={"v3 tf32"})
 
 
+def _draw_channels_config(rng: random.Random, max_stride: int, c_out_ranges, c_in_ranges, max_side: int, batches):
+    """More channels than the generator above: C_out and C_in each from one of their ranges (picked evenly; C_in
+    past 16 makes several 16-channel groups, the last partial), kernel 1..5, stride 1..max_stride, any valid
+    padding and output padding, sides 1..max_side. The wide-channel test below and the fuzz's ``--channels``
+    (scripts/fuzz_parity.py) draw through it, in the order the fuzz always drew, so its seeds name the same
+    configurations as before."""
+    k, s = rng.randint(1, 5), rng.randint(1, max_stride)
+    p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
+    c_out = rng.choice([rng.randint(lo, hi) for lo, hi in c_out_ranges])
+    c_in = rng.choice([rng.randint(lo, hi) for lo, hi in c_in_ranges])
+    init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
+
+    def out_size(n):
+        return (n - 1) * s - 2 * p + k + op
+    # sizes whose conv output holds at least one 2 x 2 x 2 window (the reference raises otherwise)
+    spatial = [rng.choice([n for n in range(1, max_side + 1) if out_size(n) >= 2]) for _ in range(3)]
+    return init, (rng.choice(batches), c_in, *spatial)
+
+
 def test_random_wide_channel_counts_parity():
     """More channels than the generator above draws: 16 random configurations with C_in 17..64 (several 16-channel
     groups, the last partial) and C_out 25..64, both modes; v3 where its envelope allows."""
     ran_v3 = 0
     for index in range(16):
-        rng = random.Random(4000 + index)
-        k, s = rng.randint(1, 5), rng.randint(1, 2)
-        p, op = rng.randint(0, k - 1), rng.randint(0, s - 1)
-        c_in, c_out = rng.randint(17, 64), rng.randint(25, 64)
-        init = [c_in, c_out, k, s, p, op, (c_out, 1, 1, 1)]
-        sizes = [n for n in range(1, 9) if (n - 1) * s - 2 * p + k + op >= 2]
-        shape = (rng.choice([1, 2]), c_in, *(rng.choice(sizes) for _ in range(3)))
+        init, shape = _draw_channels_config(random.Random(4000 + index), 2, [(25, 64)], [(17, 64)], 8, [1, 2])
         model, fused = _models(init)
         fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
         ran_v3 += fused["v3"].path(torch.empty(shape, device="cuda")) == "v3"
