@@ -155,7 +155,7 @@ def test_random_wide_channel_counts_parity():
         ran_v3 += fused["v3 fp32"].path(torch.empty(shape, device="cuda")) == "v3"
         helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
                              shifts=(0.0, 100.0), tf32={"v3 tf32"})
-    assert ran_v3 >= 3, ran_v3  # v3 exercised at these channel counts, not only v1
+    assert ran_v3 >= 3, ran_v3  # v3 exercised at these channel counts, not only v1 (6 of 16 on an H100)
 
 
 def test_cluster_sizes_agree():

@@ -186,7 +186,7 @@ def test_random_wide_channel_counts_parity():
         ran_v3 += fused["v3 fp32"].path(torch.empty(shape, device="cuda")) == "v3"
         helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
                              shifts=(0.0, 100.0), tf32={"v3 tf32"})
-    assert ran_v3 >= 8, ran_v3  # v3 exercised at these channel counts, not only v2 (8 of 16 on an H100)
+    assert ran_v3 >= 8, ran_v3  # v3 exercised at these channel counts, not only v2 (9 of 16 on an H100)
 
 
 def test_plan_info_at_kernelbench_size():
