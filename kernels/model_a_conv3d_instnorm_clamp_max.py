@@ -120,6 +120,12 @@ def flat_rows_conv_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     return y.permute(0, 4, 1, 2, 3)
 
 
+def unfused_reference(x, weight, bias, multiplier, clamp_min: float, clamp_max: float, eps: float) -> torch.Tensor:
+    """``Model``'s forward in PyTorch ops, on the given tensors: what ``ModelNew``'s backward differentiates."""
+    y = F.instance_norm(F.conv3d(x, weight, bias) * multiplier, eps=eps)
+    return (torch.clamp(y, clamp_min, clamp_max) * multiplier).max(dim=1).values
+
+
 _extensions = {}
 
 
@@ -190,21 +196,17 @@ class ModelNew(nn.Module):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it.
 
         Differentiable: where autograd needs gradients, the backward recomputes the unfused model with
-        PyTorch ops (``helpers.recomputed_backward``)."""
+        PyTorch ops (``unfused_reference``, through ``helpers.recomputed_backward``)."""
         helpers.check_input(x, spatial_dims=3, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
         fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1
+        bounds = (self.clamp_min, self.clamp_max, float(self.instance_norm.eps))  # as this forward ran
         return helpers.recomputed_backward(
-            lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out), self._unfused,
+            lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out),
+            lambda x, weight, bias, multiplier: unfused_reference(x, weight, bias, multiplier, *bounds),
             (x.contiguous(), self.conv.weight, self.conv.bias, self.multiplier), allow_tf32=self.allow_tf32)
-
-    def _unfused(self, x, weight, bias, multiplier):
-        """The reference computation in PyTorch ops, on the given tensors (the backward differentiates it)."""
-        y = F.conv3d(x, weight, bias) * multiplier
-        y = F.instance_norm(y, eps=self.instance_norm.eps)
-        return (torch.clamp(y, self.clamp_min, self.clamp_max) * multiplier).max(dim=1).values
 
     def _forward_v1(self, x, weight, multiplier, out):
         # A contiguous input gives cuDNN's NCDHW output; channels-last inputs would give a

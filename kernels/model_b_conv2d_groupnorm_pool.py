@@ -117,6 +117,13 @@ def pool_first_reference(y: torch.Tensor, gamma: torch.Tensor, beta: torch.Tenso
     return torch.clamp(a * q + b, clamp_min, clamp_max)
 
 
+def unfused_reference(x, weight, bias, gamma, beta, scale, groups: int, pool: int, clamp_min: float, clamp_max: float,
+                      eps: float) -> torch.Tensor:
+    """``Model``'s forward in PyTorch ops, on the given tensors: what ``ModelNew``'s backward differentiates."""
+    y = F.group_norm(F.conv2d(x, weight, bias), groups, gamma, beta, eps)
+    return torch.clamp(F.max_pool2d(y * scale, pool), clamp_min, clamp_max)
+
+
 _extensions = {}
 
 
@@ -246,7 +253,7 @@ class ModelNew(nn.Module):
         """x: (N, C_in, H, W) float32 CUDA -> (N, C_out, H' // P, W' // P); ``out`` optionally receives it.
 
         Differentiable: where autograd needs gradients, the backward recomputes the unfused model with
-        PyTorch ops (``helpers.recomputed_backward``)."""
+        PyTorch ops (``unfused_reference``, through ``helpers.recomputed_backward``)."""
         helpers.check_input(x, spatial_dims=2, in_channels=self.conv.in_channels,
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
@@ -254,13 +261,11 @@ class ModelNew(nn.Module):
         fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1_v2
         tensors = (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight, self.group_norm.bias,
                    self.scale)
-        return helpers.recomputed_backward(lambda *t: fused(*(v.detach() for v in t), out), self._unfused, tensors,
+        config = (self.group_norm.num_groups, self.pool, self.clamp_min, self.clamp_max,
+                  float(self.group_norm.eps))  # as this forward ran
+        return helpers.recomputed_backward(lambda *t: fused(*(v.detach() for v in t), out),
+                                           lambda *t: unfused_reference(*t, *config), tensors,
                                            allow_tf32=self.allow_tf32)
-
-    def _unfused(self, x, weight, bias, gamma, beta, scale):
-        """The reference computation in PyTorch ops, on the given tensors (the backward differentiates it)."""
-        y = F.group_norm(F.conv2d(x, weight, bias), self.group_norm.num_groups, gamma, beta, self.group_norm.eps)
-        return torch.clamp(F.max_pool2d(y * scale, self.pool), self.clamp_min, self.clamp_max)
 
     def _forward_v1_v2(self, x, weight, bias, gamma, beta, scale, out):
         with helpers.cudnn_tf32(self.allow_tf32):

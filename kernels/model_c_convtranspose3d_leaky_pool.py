@@ -163,8 +163,8 @@ def v3_unsupported_reason(x_shape, cfg, device_index: int) -> str:
     return _v3_reasons[key]
 
 
-def _unfused(x, weight, bias, multiplier, cfg):
-    """The reference computation in PyTorch ops (the backward differentiates this)."""
+def unfused_reference(x, weight, bias, multiplier, cfg):
+    """``Model``'s forward in PyTorch ops, on the given tensors: what ``ModelNew``'s backward differentiates."""
     y = F.conv_transpose3d(x, weight, bias, stride=cfg["stride"], padding=cfg["padding"],
                            output_padding=cfg["output_padding"], dilation=cfg["dilation"], groups=cfg["groups"])
     y = F.leaky_relu(F.leaky_relu(y, cfg["slope"]) * multiplier, cfg["slope"])
@@ -248,6 +248,6 @@ class ModelNew(nn.Module):
         cfg["out"] = out
         ct = self.conv_transpose
         return helpers.recomputed_backward(lambda *t: _fused(*(v.detach() for v in t), cfg),
-                                           lambda *t: _unfused(*t, cfg),
+                                           lambda *t: unfused_reference(*t, cfg),
                                            (x.contiguous(), ct.weight, ct.bias, self.multiplier),
                                            allow_tf32=self.allow_tf32)

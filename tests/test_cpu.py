@@ -166,23 +166,20 @@ def test_check_forward_under_autograd():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_model_new_backward_recomputes_the_reference(seed):
-    """What ModelNew's backward differentiates is Model itself: values and gradients in float64, zero and
+    """What ModelNew's backward differentiates (unfused_reference) is Model itself: values and gradients in float64, zero and
     negative multipliers, clamp bounds of either sign, inputs shifted by +100 on odd seeds."""
     g = torch.Generator().manual_seed(seed)
     lo = float(torch.empty(1).uniform_(-1.5, 0.5, generator=g))
     init = [2, 5, 3, (5, 1, 1, 1), lo, lo + 1.0]
     model = A.Model(*init).double()
     helpers.randomize_parameters(model, seed)
-    fused = A.ModelNew(*init).double()
-    fused.load_state_dict(model.state_dict())
     x = torch.rand(2, 2, 5, 6, 7, generator=g, dtype=torch.float64) + (100.0 if seed % 2 else 0.0)
     params = (model.conv.weight, model.conv.bias, model.multiplier)
     want = model(x)
-    got = fused._unfused(x, fused.conv.weight, fused.conv.bias, fused.multiplier)
+    got = A.unfused_reference(x, *params, model.clamp_min, model.clamp_max, model.instance_norm.eps)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
     grad_out = torch.randn(want.shape, generator=g, dtype=torch.float64)
-    torch.testing.assert_close(torch.autograd.grad(got, (fused.conv.weight, fused.conv.bias, fused.multiplier),
-                                                   grad_out),
+    torch.testing.assert_close(torch.autograd.grad(got, params, grad_out, retain_graph=True),
                                torch.autograd.grad(want, params, grad_out), atol=1e-10, rtol=1e-10)
 
 

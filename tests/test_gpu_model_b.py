@@ -150,3 +150,18 @@ def test_gradients_match_pytorch(variant, allow_tf32, init, shape):
         report = helpers.gradient_parity(model, fused, [x], grad_out, allow_tf32=allow_tf32)
         assert (report.truth_norm > 0).all()
         helpers.check_forward_under_autograd(fused, x, bitwise=variant == "v3")
+
+
+def test_backward_differentiates_the_forward_that_ran():
+    """Clamp bounds changed between a forward and its backward do not change the gradients: the backward recomputes
+    with the bounds that forward ran with (and the new bounds do change a fresh forward's gradients)."""
+    init = [3, 8, 3, 4, (8, 1, 1), 3, -0.3, 0.8]
+    fused = B.ModelNew(*init).cuda()
+    helpers.randomize_parameters(fused, 6)
+    x = torch.rand(2, 3, 13, 12, device="cuda", requires_grad=True)
+    grad_out = torch.randn(2, 8, 3, 3, device="cuda")
+    before = torch.autograd.grad(fused(x), x, grad_out)[0]
+    out = fused(x)
+    fused.clamp_min, fused.clamp_max = -0.05, 0.05
+    torch.testing.assert_close(torch.autograd.grad(out, x, grad_out)[0], before, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(torch.autograd.grad(fused(x), x, grad_out)[0], before, rtol=1e-2, atol=1e-3)

@@ -475,3 +475,18 @@ def test_nan_payloads_and_infinities_reach_the_outputs_pytorch_gives(allow_tf32)
         finite = torch.isfinite(expected)
         tol = 1e-2 if allow_tf32 else 1e-4  # TF32: KernelBench's criterion
         torch.testing.assert_close(got[finite], expected[finite], atol=tol, rtol=tol)
+
+
+def test_backward_differentiates_the_forward_that_ran():
+    """A slope changed between a forward and its backward does not change the gradients: the backward recomputes
+    with the slope that forward ran with (and the new slope does change a fresh forward's gradients)."""
+    init = [4, 6, 3, 2, 1, 1, (6, 1, 1, 1)]
+    fused = C.ModelNew(*init).cuda()
+    helpers.randomize_parameters(fused, 6)
+    x = torch.rand(2, 4, 5, 6, 7, device="cuda", requires_grad=True)
+    grad_out = torch.randn(2, 6, 5, 6, 7, device="cuda")
+    before = torch.autograd.grad(fused(x), x, grad_out)[0]
+    out = fused(x)
+    fused.negative_slope = 0.6
+    torch.testing.assert_close(torch.autograd.grad(out, x, grad_out)[0], before, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(torch.autograd.grad(fused(x), x, grad_out)[0], before, rtol=1e-2, atol=1e-3)
