@@ -75,7 +75,8 @@ def suite(model: str, wide: bool, channels: bool = False):
     if model == "B":
         generate = channels_b if channels else wide_b if wide else TB._random_config
         return generate, TB._models, (0.0, 100.0), {"v3 tf32"}
-    def models(init):
+
+    def models(init):  # model C: both modes of v3 beside v1 and v2
         model, fused = TC._models(init)
         fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
         return model, fused
