@@ -7,7 +7,7 @@ One function per job:
 * parity       -- ``randomize_parameters``, ``parity_check``, ``parity_sweep`` (``../shared/PARITY.md``),
                   ``gradient_parity``
 * autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model),
-                  ``check_forward_under_autograd``
+                  ``check_forward_under_autograd``, ``check_backward_uses_its_forward``
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
@@ -406,6 +406,24 @@ def check_forward_under_autograd(fused: torch.nn.Module, x: torch.Tensor, *, bit
     if not same:
         raise ParityError("check_forward_under_autograd: the output under autograd differs from the one under "
                           f"no_grad by {(trained - plain).abs().max().item():.3g}")
+
+
+def check_backward_uses_its_forward(fused: torch.nn.Module, x: torch.Tensor, grad_out: torch.Tensor,
+                                    change: Callable[[], None]) -> None:
+    """Raise ``ParityError`` unless a hyper-parameter changed between a forward and its backward (``change()``
+    sets it on ``fused``) leaves that backward's input gradient as it was, while a fresh forward's gradient does
+    change (so the check can fail). ``recomputed_backward`` must recompute with what the forward ran with."""
+    x = x.detach().requires_grad_()
+    before = torch.autograd.grad(fused(x), x, grad_out)[0]
+    out = fused(x)
+    change()
+    after = torch.autograd.grad(out, x, grad_out)[0]
+    if not torch.allclose(after, before, rtol=1e-5, atol=1e-6):
+        raise ParityError("check_backward_uses_its_forward: the backward used the changed hyper-parameter "
+                          f"(max |difference| {(after - before).abs().max().item():.3g})")
+    if torch.allclose(torch.autograd.grad(fused(x), x, grad_out)[0], before, rtol=1e-2, atol=1e-3):
+        raise ParityError("check_backward_uses_its_forward: the change does not change a fresh forward's gradient, "
+                          "so this case cannot tell")
 
 
 def check_input(x, *, spatial_dims: int, in_channels: int, device: torch.device, who: str = "ModelNew") -> None:

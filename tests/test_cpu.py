@@ -164,6 +164,33 @@ def test_check_forward_under_autograd():
             helpers.check_forward_under_autograd(Toy(route), x, bitwise=False)
 
 
+def test_check_backward_uses_its_forward():
+    """Passes a module whose backward recomputes with the scale its forward ran with; fails one that reads the
+    scale at backward time, and a change that moves no gradient (the case could not tell)."""
+    class Toy(torch.nn.Module):
+        def __init__(self, late):
+            super().__init__()
+            self.w, self.scale, self.late = torch.nn.Parameter(torch.randn(4)), 1.0, late
+
+        def forward(self, x):
+            scale = self.scale
+
+            def unfused(x, w):
+                return torch.tanh(x * w * (self.scale if self.late else scale))
+            return helpers.recomputed_backward(lambda x, w: unfused(x, w).detach(), unfused, (x, self.w),
+                                               allow_tf32=False)
+
+    x, grad_out = torch.randn(3, 4), torch.randn(3, 4)
+    good = Toy(late=False)
+    helpers.check_backward_uses_its_forward(good, x, grad_out, lambda: setattr(good, "scale", 3.0))
+    late = Toy(late=True)
+    with pytest.raises(helpers.ParityError, match="used the changed"):
+        helpers.check_backward_uses_its_forward(late, x, grad_out, lambda: setattr(late, "scale", 3.0))
+    inert = Toy(late=False)
+    with pytest.raises(helpers.ParityError, match="cannot tell"):
+        helpers.check_backward_uses_its_forward(inert, x, grad_out, lambda: None)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_model_new_backward_recomputes_the_reference(seed):
     """What ModelNew's backward differentiates (unfused_reference) is Model itself: values and gradients in float64, zero and
