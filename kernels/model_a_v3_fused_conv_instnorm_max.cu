@@ -19,6 +19,16 @@
 //   common offset (inputs shifted by +100) costs no accuracy. The multiplier is folded in:
 //   m * clamp(z, lo, hi) = clamp(m z, L, H) with [L, H] = m * [lo, hi] in increasing order, so the
 //   epilogue computes clamp((y - mu) * s, L, H) with s = a m, one multiply per value.
+//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
+//   an offset (input_shift: the median of its first, middle and last elements where the three agree to half
+//   its magnitude, else 0). The conv is linear and valid (every output reads every tap), so this changes
+//   y[n, c, :] by the constant sum_ci r(n, ci) sum_taps w(c, ci, taps), which InstanceNorm removes like the
+//   bias: `out` is unchanged in exact arithmetic. What it buys is accuracy under a common offset: the split
+//   below represents each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per
+//   element for x, but of about 1 for x - r. Without it the fp32 mode's error at +100 was that of the float32
+//   yardstick (at the KernelBench size 3.1e-5 against 3.4e-5), and the fuzz found it over the fp32 bar (4x
+//   the yardstick's) on about 1 in 2 000 configurations with few taps;
+//   with it, 1.6e-7 (results/model_a/NOTES.md).
 //   Flat implicit GEMM: with stride 1 and no padding, output (od, oh, ow) reads input flat index
 //   q + off(ci, kd, kh, kw), q = (od * H + oh) * W + ow, off = ci * plane + (kd * H + kh) * W + kw. So the
 //   kernel treats the Do x H x W flat positions q of a sample as GEMM rows (those with oh >= Ho or
@@ -62,7 +72,8 @@
 //   the clusters that fit runs one cluster per sample), a CTA's warps best spread evenly over the SM's 4
 //   schedulers, and a fitted per-CTA cost that falls with its warps: 8 CTAs of 16 warps of 7 tiles (1792
 //   rows each) at the KernelBench size on an H100; scripts/plan_sweep_model_a.py times every plan.
-//   Shared memory per CTA: the input box x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
+//   Shared memory per CTA (besides the fp32 mode's r(n, ci) of two samples): the input box
+//   x[n, :, r * S + (0 .. rows + halo)] (halo = (k-1)(H W + W + 1);
 //   zeros past the sample's end; one bulk copy (TMA) per channel where D H W % 4 == 0, cp.async of 4-byte
 //   elements elsewhere), as float: the GEMM loads A elements as they are (TF32 mode) or scales and splits
 //   them into FP16 hi and lo in registers (fp32 mode). Two boxes where they fit: the next sample's box is
@@ -97,8 +108,9 @@
 //   dilation 1, groups 1; 1 <= C_out <= 32; any N >= 0, C_in >= 1, D, H, W >= k with more than one
 //   output position; a sample's flat rows (Do * H * W) spread over at most 16 CTAs, and the input box
 //   plus weight fragments fitting in the GPU's shared memory (227 KB on an H100, less 8 KB kept for
-//   static shared memory). The KernelBench size takes 114 016 bytes per CTA (two boxes). Larger
-//   C_in * k^3 (e.g. C_in 64 with k = 5) or larger samples (e.g. 64 x 64 x 64) fall outside and run v1.
+//   static shared memory). The KernelBench size takes 114 048 bytes per CTA in the fp32 mode and 114 016 in the
+//   TF32 mode (two boxes). Larger C_in * k^3 (e.g. C_in 64 with k = 5) or larger samples (e.g. 64 x 64 x 64)
+//   fall outside and run v1.
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_a_v3", cpp_sources="",
@@ -202,6 +214,9 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int byt
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
 
 // The cluster's statistics exchange: each CTA stores into every CTA's shared memory with st.async, which
 // counts its bytes off an mbarrier in the receiving CTA ("complete_tx"); the receiver waits on its own
@@ -316,6 +331,24 @@ __device__ __forceinline__ float exp2_int(int e) { return __uint_as_float(static
 __device__ __forceinline__ int f16_scale_exponent(float m) {
     const int binade = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;
     return max(-126, min(126, 14 - binade));
+}
+// fp32 mode: the reference value r(n, ci) subtracted from plane (n, ci) of the input before the split (see "The
+// math"): the median of the plane's first, middle and last elements where the three agree to half its magnitude
+// (their spread <= |median| / 2: the plane sits at an offset large against its spread, e.g. inputs + 100), else 0
+// (no shift: inputs about 0, a wide spread, an outlier or a NaN or infinity among the three, which then propagates
+// as before). A median of the plane's own values keeps |x - r| within the plane's range.
+// Every CTA of a cluster computes the same value from the same three elements.
+// In two parts: the three elements, and r from them (the kernel copies the next sample's into shared memory with
+// cp.async during this sample's GEMM, so that no warp waits on their loads).
+__device__ __forceinline__ float input_shift_of(float3 e) {
+    const float a = e.x, b = e.y, c = e.z;
+    if (!(isfinite(a) && isfinite(b) && isfinite(c))) return 0.f;
+    const float median = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
+    const float spread = fmaxf(fmaxf(a, b), c) - fminf(fminf(a, b), c);  // inf where it overflows: no shift
+    return spread <= 0.5f * fabsf(median) ? median : 0.f;
+}
+__device__ __forceinline__ float input_shift(const float* plane, int size) {
+    return input_shift_of(make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1)));
 }
 // The split of two scaled values into (hi, lo) FP16 pairs: lo = v - hi is exact in float, then rounded.
 __device__ __forceinline__ void split_f16(float v0, float v1, uint32_t& hi, uint32_t& lo) {
@@ -571,12 +604,16 @@ struct SmemLayout {
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
     __host__ __device__ size_t row_bytes(int tiles) const { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
+    // fp32 mode: r(n, ci) of two samples (input_shift), and the next sample's three elements per plane (4 floats)
+    __host__ __device__ size_t shift_bytes(int c_in) const {
+        return split3 ? (6 * static_cast<size_t>(c_in) * sizeof(float) + 15) / 16 * 16 : 0;
+    }
     __host__ __device__ size_t box_bytes(int c_in, int pitch, bool prefetch) const {  // one box, two to prefetch
         return static_cast<size_t>(prefetch ? 2 : 1) * c_in * pitch * sizeof(float);
     }
     __host__ __device__ size_t total(int ksteps, int cluster, int tiles, int c_in, int pitch, bool prefetch) const {
         return weight_bytes(ksteps) + gathered_bytes(cluster) + tap_bytes(ksteps) + row_bytes(tiles) +
-               box_bytes(c_in, pitch, prefetch);
+               shift_bytes(c_in) + box_bytes(c_in, pitch, prefetch);
     }
 };
 
@@ -605,6 +642,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
     carve += layout.tap_bytes(p.ksteps);
     int* row_out = reinterpret_cast<int*>(carve);
     carve += layout.row_bytes(p.warps * MT);
+    float* shifts = reinterpret_cast<float*>(carve);  // fp32 mode: [2 (sample parity)][c_in], r(n, ci)
+    float* shift_elements = shifts + 2 * p.c_in;       // fp32 mode: [c_in][4], the next sample's three elements
+    carve += layout.shift_bytes(p.c_in);
     float* boxes = reinterpret_cast<float*>(carve);  // [1 or 2 (prefetch: sample parity)][c_in][box_pitch]
     const int box_floats = p.c_in * p.box_pitch;
 
@@ -682,6 +722,9 @@ fused_conv_instnorm_max_kernel(const Params p) {
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
     copy_box(first, 0);
+    if constexpr (SPLIT3)  // the first sample's r(n, ci) (the barrier at the end of step 1 orders it before use)
+        for (int ci = tid; ci < p.c_in; ci += threads)
+            shifts[ci] = input_shift(p.x + (first * p.c_in + ci) * static_cast<int64_t>(p.plane), p.plane);
     //    Weight fragments, step 1 of 2: each thread requests the raw weights of its fragments (taps k0 and k0 + 4
     //    of channel co for each k8 step of the fragment) into the fragment's slot with 4-byte cp.async,
     //    zero-filled where it pads past C_out or K. All of a thread's loads are in flight at once, where a load
@@ -808,20 +851,46 @@ fused_conv_instnorm_max_kernel(const Params p) {
         //    GEMM of the sample before) are past the barrier of step 4. With bulk copies no CTA barrier is needed
         //    here: every thread waits on the box's mbarrier itself.
         const int b = p.prefetch ? parity : 0;
-        const float* box = boxes + b * box_floats;
+        float* box = boxes + b * box_floats;
         if (!p.prefetch && n != first) copy_box(n, 0);
+        const bool has_next = n + clusters < p.batch;
         wait_box(b);
+        // fp32 mode: the next sample's three elements per plane (input_shift), requested as a cp.async group of
+        // their own before the next box's; the requesting thread combines them after the GEMM.
+        if (SPLIT3 && has_next) {
+            for (int ci = tid; ci < p.c_in; ci += threads) {
+                const float* plane = p.x + ((n + clusters) * p.c_in + ci) * static_cast<int64_t>(p.plane);
+                cp_async_4(shift_elements + 4 * ci, plane, 4);
+                cp_async_4(shift_elements + 4 * ci + 1, plane + p.plane / 2, 4);
+                cp_async_4(shift_elements + 4 * ci + 2, plane + p.plane - 1, 4);
+            }
+            cp_async_commit();
+        }
         if (p.prefetch && n + clusters < p.batch) copy_box(n + clusters, b ^ 1);
-        // fp32 mode: max |x| over the box (every warp a slice, then all warps' maxima), and the exponent that
-        // scales it into [2^14, 2^15) for the FP16 operands; the products are scaled back after the GEMM (exact).
+        // fp32 mode: the box's copied elements become x - r(n, ci) in place (see "The math"), and their max |.|
+        // (every warp a slice, then all warps' maxima) gives the exponent that scales them into [2^14, 2^15) for
+        // the FP16 operands; the products are scaled back after the GEMM (exact). The zeros past the copied
+        // elements (the sample's end) feed only dropped rows and stay zero. box_pitch is a multiple of 4.
         int box_exponent = 0;
         if constexpr (SPLIT3) {
             float m = 0.f;
-            const float4* box4 = reinterpret_cast<const float4*>(box);
-            for (int i = tid; i < box_floats / 4; i += threads) {
-                const float4 v = box4[i];
-                m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+            const float* r = shifts + parity * p.c_in;
+            for (int ci = 0; ci < p.c_in; ++ci) {
+                const float c = r[ci];
+                float4* channel = reinterpret_cast<float4*>(box + ci * p.box_pitch);
+                for (int i = tid; 4 * i < box_copy; i += threads) {
+                    float4 v = channel[i];
+                    const int e = 4 * i;
+                    v.x -= c;  // e < box_copy
+                    v.y = e + 1 < box_copy ? v.y - c : v.y;
+                    v.z = e + 2 < box_copy ? v.z - c : v.z;
+                    v.w = e + 3 < box_copy ? v.w - c : v.w;
+                    channel[i] = v;
+                    m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+                }
             }
+            // These generic writes before the bulk copy that refills this buffer two samples on (async proxy).
+            if (bulk) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
             if (lane == 0) box_max_warp[warp] = m;
@@ -857,6 +926,18 @@ fused_conv_instnorm_max_kernel(const Params p) {
 #pragma unroll
                         for (int h = 0; h < 2; ++h) acc[i][j][2 * h + e] = acc[i][j][2 * h + e] * f1 * f2;
                 }
+        }
+
+        // fp32 mode: the next sample's r(n, ci) into the other slot. That slot's last readers (step 2 of the sample
+        // before) are past the barriers of steps 4-6, and this sample's barrier of step 4 orders it before its use.
+        if (SPLIT3 && has_next) {
+            if (!bulk && p.prefetch) cp_async_wait_all_but_newest();  // (the next box's cp.async group is newer)
+            else cp_async_wait_all();
+            float* slot = shifts + (parity ^ 1) * p.c_in;
+            for (int ci = tid; ci < p.c_in; ci += threads) {
+                const float* e = shift_elements + 4 * ci;
+                slot[ci] = input_shift_of(make_float3(e[0], e[1], e[2]));
+            }
         }
 
         // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and

@@ -44,6 +44,17 @@
 //   Pass 2 of the model merges the tiles per group in float64 (Chan et al.'s merge as two block sums)
 //   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
 //   shifted by +100 cost no accuracy.
+//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
+//   an offset (input_shift: the median of its first, middle and last elements where the three agree to half
+//   its magnitude, else 0): the relay (wgmma) or shift_box (mma.sync) subtracts it before the split. The
+//   conv is linear and valid (every output reads every tap), so kernel 1's values then lack the per-channel
+//   constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps); pass 2 computes d_c in float64 and adds it with
+//   the bias (bias + d in place of the bias above), and kernel 1 moves its statistics' shift by the change
+//   of d from one unit to the next. What it buys is accuracy under a common offset: the split represents
+//   each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per element for x,
+//   but of about 1 for x - r. Without it the fuzz found the fp32 mode over its bar (4x the float32
+//   yardstick's error) at +100 on about 1 in 2 500 configurations with few taps (results/model_b/NOTES.md).
+//   The TF32 mode does not shift (like cuDNN's TF32, it is not promised at +100).
 //
 // Tiling
 //   A unit of work is one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
@@ -58,7 +69,8 @@
 //   i): windows pool along x in registers when P in {2, 4, 8, 16} divides BS (plus one or two shuffles
 //   for P = 8, 16), then along y through shared memory, all channels behind one barrier per tile; other
 //   P pool through shared memory 8 channels at a time.
-//   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the per-k-step tap
+//   Shared memory per CTA: the weight fragments, pre-split into TF32 hi (and lo); the fp32 mode's r(n, ci) of
+//   two units and its weight sums per (channel, input channel) (input_shift); the per-k-step tap
 //   offsets (for wgmma, they are kernel parameters instead: Params::wgmma_taps); two input boxes (C_in x
 //   (R + kh - 1) x BS floats; A fragments are split into TF32 hi and lo in registers), or, for wgmma, one
 //   input box and its relaid copy (C_in padded to 8); the boxes are copied by TMA bulk copies (one per
@@ -144,6 +156,7 @@ struct Params {
     int pool_in_registers;    // 1: windows pooled along x in registers (P in {2, 4, 8, 16} dividing BS)
     int bulk_copy;            // 1: boxes copied by TMA bulk copies (sm_90, whole rows, W % 4 = 0, x 16-byte aligned)
     int stage_stride;         // floats per channel in the stage: kRows / P + 4 (x-pooled) or kStageStride
+    int shift_input;          // 1 (fp32 mode): kernel 1 convolves x - r(n, ci) (input_shift); kernel 2 adds d back
     // The GEMM on wgmma (wgmma plans; see relay_box): the box relaid as channel quads,
     // [quad][phase 0..3][quad_plane_units 16-byte words], quad_groups quads (C_in padded to 8).
     int quad_groups;
@@ -385,6 +398,12 @@ struct SmemLayout {
     __host__ __device__ size_t tap_bytes(int ksteps) const {
         return relaid ? 0 : static_cast<size_t>(ksteps) * 4 * sizeof(int2);
     }
+    // fp32 mode: r(n, ci) of two units (input_shift), the next unit's three elements per input channel (4
+    // floats each), and per channel of the chunk the sums of its weights over the taps of each input channel (to
+    // follow the statistics' shift from one unit to the next).
+    __host__ __device__ size_t shift_bytes(int c_in) const {
+        return split3 ? ((2 + 4 + 8 * static_cast<size_t>(nt)) * c_in * sizeof(float) + 15) / 16 * 16 : 0;
+    }
     // Two input boxes (this unit's and the next), or the raw box and the relaid one.
     __host__ __device__ size_t box_bytes(int c_in, int pitch, int quad_floats) const {
         return (relaid ? static_cast<size_t>(c_in) * pitch + quad_floats : static_cast<size_t>(2) * c_in * pitch) *
@@ -396,7 +415,7 @@ struct SmemLayout {
         return static_cast<size_t>(x_pooled ? 8 * nt : 8) * stride * sizeof(float);
     }
     __host__ __device__ size_t total(int ksteps, int c_in, int pitch, int quad_floats, bool x_pooled, int stride) const {
-        return weight_bytes(ksteps) + tap_bytes(ksteps) + box_bytes(c_in, pitch, quad_floats) +
+        return weight_bytes(ksteps) + tap_bytes(ksteps) + shift_bytes(c_in) + box_bytes(c_in, pitch, quad_floats) +
                stage_bytes(x_pooled, stride);
     }
 };
@@ -405,6 +424,30 @@ struct SmemLayout {
 // and so max-pools (and takes the statistics of) -y; kernel 2 undoes the sign. Both evaluate this product.
 __device__ __forceinline__ float pooling_sign(const Params& p, int c) {
     return __ldg(p.gamma + c) * __ldg(p.scale + c) < 0.f ? -1.f : 1.f;
+}
+
+// fp32 mode: the reference value r(n, ci) subtracted from plane (n, ci) of the input before the split (see "The
+// math"): the median of the plane's first, middle and last elements where the three agree to half its magnitude
+// (their spread <= |median| / 2: the plane sits at an offset large against its spread, e.g. inputs + 100), else 0
+// (no shift: inputs about 0, a wide spread, an outlier or a NaN or infinity among the three, which then propagates
+// as before). A median of the plane's own values keeps |x - r| within the plane's range.
+// Both kernels compute it from the same three elements.
+// In two parts: the three elements, and r from them (kernel 1 copies the next unit's into shared memory with
+// cp.async during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
+__device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, int ci) {
+    return p.x + (n * p.c_in + ci) * static_cast<int64_t>(p.h) * p.w;  // C_in H W < 2^31
+}
+__device__ __forceinline__ float input_shift_of(float3 e) {
+    const float a = e.x, b = e.y, c = e.z;
+    if (!(isfinite(a) && isfinite(b) && isfinite(c))) return 0.f;
+    const float median = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
+    const float spread = fmaxf(fmaxf(a, b), c) - fminf(fminf(a, b), c);  // inf where it overflows: no shift
+    return spread <= 0.5f * fabsf(median) ? median : 0.f;
+}
+__device__ __forceinline__ float input_shift(const Params& p, int64_t n, int ci) {
+    const float* plane = input_plane(p, n, ci);
+    const int size = p.h * p.w;
+    return input_shift_of(make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1)));
 }
 
 // Conv rows / columns of tile (ty, tx) inside the conv output (the last tiles may be partial).
@@ -747,10 +790,10 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
 // channel quad's 4 positions at flat word f = r * BS / 4 + u of the box (BS = 4 units): the quad's word f in each
 // channel is at raw + ci * pitch + 4 f, and its four phases land at quads[4 quad plane + v plane + f]. The items
 // are walked as (quad, f) with f advanced by kThreads and carried into quad: no division per item (with two
-// per item the relay was 18 % of the TF32 kernel's warp-instructions, ncu).
+// per item the relay was 18 % of the TF32 kernel's warp-instructions, ncu). ROUND (TF32 mode): rounded to TF32;
+// else (fp32 mode) x - r(n, ci), with r = shift[ci] (input_shift).
 template <bool ROUND>
-__device__ __forceinline__ void relay_box(const Params& p, const float* raw, float* quads) {
-    const auto value = [](float v) { return ROUND ? tf32_round(v) : v; };
+__device__ __forceinline__ void relay_box(const Params& p, const float* raw, float* quads, const float* shift) {
     const int words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);  // 16-byte words per channel the tile reads
     const int used_quads = (p.c_in + 3) / 4;
     const int plane = p.quad_plane_units;
@@ -760,20 +803,38 @@ __device__ __forceinline__ void relay_box(const Params& p, const float* raw, flo
         const float* src = raw + 4 * quad * p.box_pitch + 4 * f;
         float4 c[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-            c[k] = 4 * quad + k < p.c_in ? *reinterpret_cast<const float4*>(src + k * p.box_pitch)
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < 4; ++k) {
+            const bool real = 4 * quad + k < p.c_in;  // padded channels stay zero
+            c[k] = real ? *reinterpret_cast<const float4*>(src + k * p.box_pitch) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if constexpr (ROUND) {
+                c[k] = make_float4(tf32_round(c[k].x), tf32_round(c[k].y), tf32_round(c[k].z), tf32_round(c[k].w));
+            } else {
+                const float r = real ? shift[4 * quad + k] : 0.f;
+                c[k] = make_float4(c[k].x - r, c[k].y - r, c[k].z - r, c[k].w - r);
+            }
+        }
         float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * plane + f);
-        dst[0] = make_float4(value(c[0].x), value(c[1].x), value(c[2].x), value(c[3].x));
-        dst[plane] = make_float4(value(c[0].y), value(c[1].y), value(c[2].y), value(c[3].y));
-        dst[2 * plane] = make_float4(value(c[0].z), value(c[1].z), value(c[2].z), value(c[3].z));
-        dst[3 * plane] = make_float4(value(c[0].w), value(c[1].w), value(c[2].w), value(c[3].w));
+        dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+        dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+        dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+        dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
         f += word_step;
         quad += quad_step;
         if (f >= words) {
             f -= words;
             ++quad;
         }
+    }
+}
+
+// fp32 mode on mma.sync: the box's elements become x - r(n, ci) in place, r = shift[ci] (input_shift): the
+// first `count` floats of each channel (what the copy wrote: a bulk copy leaves the rest zero, and it must stay
+// so; cp.async rewrites the whole box, its zeros feed only dropped rows).
+__device__ __forceinline__ void shift_box(const Params& p, float* box, const float* shift, int count) {
+    for (int ci = 0; ci < p.c_in; ++ci) {
+        const float r = shift[ci];
+        float* channel = box + ci * p.box_pitch;
+        for (int e = threadIdx.x; e < count; e += kThreads) channel[e] -= r;
     }
 }
 
@@ -937,7 +998,26 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     float* weight_frag = reinterpret_cast<float*>(smem);
     int2* taps = reinterpret_cast<int2*>(smem + layout.weight_bytes(p.ksteps));
-    float* boxes = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
+    // fp32 mode: [2 (unit parity)][c_in], r(n, ci) of this unit's sample and the next one's (input_shift); then
+    // [c_in][4], the next unit's three elements of each plane (request_shift_elements); then [c_in][NCH],
+    // sign_c * sum over the taps of w(c, ci, taps) for the chunk's channels c
+    float* shifts = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
+    float* shift_elements = shifts + 2 * p.c_in;
+    float* weight_sums = shift_elements + 4 * p.c_in;
+    // fp32 mode: requests the three elements of each plane of sample n (input_shift) into shift_elements, as
+    // their own cp.async group; the requesting thread waits for them and combines them (after the GEMM).
+    const auto request_shift_elements = [&](int64_t n) {
+        const int size = p.h * p.w;
+        for (int ci = threadIdx.x; ci < p.c_in; ci += kThreads) {
+            const float* plane = input_plane(p, n, ci);
+            cp_async_4(shift_elements + 4 * ci, plane, 4);
+            cp_async_4(shift_elements + 4 * ci + 1, plane + size / 2, 4);
+            cp_async_4(shift_elements + 4 * ci + 2, plane + size - 1, 4);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    float* boxes = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps) +
+                                            layout.shift_bytes(p.c_in));
     // WGMMA: boxes is the raw box, then the relaid one (quads)
     float* quads = boxes + p.c_in * p.box_pitch;
     float* stage = WGMMA ? quads + 16 * p.quad_groups * p.quad_plane_units
@@ -974,7 +1054,18 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         }
         fence_proxy_async();  // the zeros before the bulk copies' writes
     }
-    if (bulk || WGMMA) __syncthreads();
+    if constexpr (SPLIT3) {  // the first unit's r(n, ci): the barrier below (or step 1's) orders it before the use
+        for (int ci = tid; ci < p.c_in; ci += kThreads) shifts[ci] = input_shift(p, pos.n, ci);
+        for (int i = tid; i < NCH * p.c_in; i += kThreads) {
+            const int co = co0 + i % NCH, ci = i / NCH;
+            float sum = 0.f;
+            if (co < p.c_out)
+                for (int tap = 0; tap < p.kh * p.kw; ++tap)
+                    sum += __ldg(p.weight + (static_cast<int64_t>(co) * p.c_in + ci) * p.kh * p.kw + tap);
+            weight_sums[i] = co < p.c_out ? pooling_sign(p, co) * sum : 0.f;
+        }
+    }
+    if (bulk || WGMMA || SPLIT3) __syncthreads();
     start_box(p, boxes, box_landed, bulk, 0, pos);
     // Once per CTA: the statistics' shifts, the weight fragments (negated for channels that pool by min)
     // and the tap offsets.
@@ -1038,7 +1129,8 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         const int64_t n = pos.n;
         const int ty = pos.ty, tx = pos.tx, tile = ty * p.tiles_x + tx;
         const int rows_valid = tile_rows_valid(p, ty), cols_valid = tile_cols_valid(p, tx);
-        const float* box = boxes + (WGMMA ? 0 : (iter & 1) * p.c_in * p.box_pitch);
+        float* box = boxes + (WGMMA ? 0 : (iter & 1) * p.c_in * p.box_pitch);
+        const float* shift = shifts + (iter & 1) * p.c_in;  // fp32 mode: this unit's r(n, ci)
 
         // 1. Start copying the next unit's box into the other buffer (free: every warp finished reading
         //    it before the last iteration's barriers), then wait for this unit's box.
@@ -1054,9 +1146,10 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
                 cp_async_wait<0>();
                 __syncthreads();
             }
-            relay_box<!SPLIT3>(p, box, quads);
+            relay_box<!SPLIT3>(p, box, quads, shift);
             fence_proxy_async();  // the relaid box (generic writes) before wgmma reads it
             __syncthreads();
+            if (SPLIT3 && has_next) request_shift_elements(next.n);  // (a cp.async group before the box's)
             if (has_next) start_box(p, boxes, box_landed, bulk, 0, next);
         } else {
             if (has_next) start_box(p, boxes, box_landed, bulk, (iter + 1) & 1, next);
@@ -1068,7 +1161,15 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
                 cp_async_wait<0>();
             }
             __syncthreads();
+            if constexpr (SPLIT3) {
+                shift_box(p, box, shift,
+                          bulk ? (min(p.h, ty * p.tile_rows + p.tile_rows + p.kh - 1) - ty * p.tile_rows) * p.w
+                               : p.box_pitch);
+                if (bulk) fence_proxy_async();  // these writes before the bulk copy that refills the buffer
+                __syncthreads();
+            }
         }
+        if (!WGMMA && SPLIT3 && has_next) request_shift_elements(next.n);  // (a cp.async group after the box's)
 
         // 2. The implicit GEMM: rows = this warp's 64 flat positions, columns = NT x 8 channels, K in steps of
         //    8. Row g (h = 0) or g + 8 (h = 1) of m16 tile i is position m = 64 warp + 32 h + 4 g + i: a lane
@@ -1146,6 +1247,20 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
             }
         }
 
+        // fp32 mode: the next unit's r(n, ci) into the other slot, from the elements this thread requested in
+        // step 1 (wgmma with cp.async boxes: the next box's group is newer). The slot's last readers (the relay or
+        // shift_box of the unit before) are past that unit's barriers; this unit's barriers (step 4a's at least)
+        // order it before the next unit's use.
+        if (SPLIT3 && has_next) {
+            if (WGMMA && !bulk) cp_async_wait<1>();
+            else cp_async_wait<0>();
+            float* slot = shifts + ((iter + 1) & 1) * p.c_in;
+            for (int ci = tid; ci < p.c_in; ci += kThreads) {
+                const float* e = shift_elements + 4 * ci;
+                slot[ci] = input_shift_of(make_float3(e[0], e[1], e[2]));
+            }
+        }
+
         // 3. Statistics per warp, from the registers and without a barrier (warp_statistics): each warp
         //    pushes (c_w, mean - c_w, M2, count) per channel to shared memory; warp 0 merges the 8 warps after
         //    the next barrier. Position m is conv position (y0 + m / BS, x0 + m % BS); it counts when both lie
@@ -1190,8 +1305,20 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
             }
             p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
                 make_double2(static_cast<double>(c0) + mean_delta, fmaxf(m2, 0.f));
-            const float tile_mean = c0 + mean_delta;  // the next tile's shift; a NaN or inf must not carry over
-            tile_shift[tid] = isfinite(tile_mean) ? tile_mean : 0.f;
+            // The next tile's shift; a NaN or inf must not carry over. fp32 mode: the values of the next unit are
+            // shifted by d = sum_ci r(n, ci) sign_c sum_taps w less than the conv (input_shift), d_this here and
+            // d_next there; its slot of r was written before the barrier above.
+            float next_centre = c0 + mean_delta;
+            if constexpr (SPLIT3) {
+                const float* r_this = shift;
+                const float* r_next = shifts + ((iter + 1) & 1) * p.c_in;
+                float d_change = 0.f;
+#pragma unroll 4
+                for (int ci = 0; ci < p.c_in; ++ci)
+                    d_change = fmaf(r_this[ci] - r_next[ci], weight_sums[ci * NCH + tid], d_change);
+                next_centre += d_change;
+            }
+            tile_shift[tid] = isfinite(next_centre) ? next_centre : 0.f;
         }
 
         // 4c. The pooled values of the tile's windows: pooled rows [y0 / P, y0 / P + npy), columns
@@ -1270,7 +1397,9 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
 __global__ void __launch_bounds__(kFinalThreads)
 affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
                     float eps, float lo, float hi) {
-    extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale
+    extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale; then
+                                      // per channel, bias + d (double, after the cpg float4s)
+    double* offset = reinterpret_cast<double*>(coef + p.c_out / groups);
     __shared__ double scratch[2][kFinalThreads / 32];
     const int tid = threadIdx.x;
     const int64_t n = p.batch - 1 - static_cast<int64_t>(blockIdx.x / groups);
@@ -1284,26 +1413,61 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     const auto tile_count = [&](int tile) {
         return static_cast<double>(tile_rows_valid(p, tile / p.tiles_x)) * tile_cols_valid(p, tile % p.tiles_x);
     };
+    // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
+    // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
+    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. Lane ci of each
+    // warp loads the three elements of plane ci first, so that their latency passes under the first loop's.
+    // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
+    // that owns c.
+    const int warp = tid >> 5, lane = tid & 31;
+    const int taps = p.kh * p.kw;  // per (c, ci)
+    float3 elements = make_float3(0.f, 0.f, 0.f);
+    if (p.shift_input && lane < p.c_in) {
+        const float* plane = input_plane(p, n, lane);
+        const int size = p.h * p.w;
+        elements = make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1));
+    }
     double moment = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double mean_t = pooling_sign(p, c) * p.stats[(n * tiles + tile) * p.c_out + c].x +
-                              static_cast<double>(__ldg(bias + c));
+                              static_cast<double>(__ldg(bias + c));  // (+ d_c: added below, per channel)
         moment += tile_count(tile) * mean_t;
+    }
+    if (p.shift_input) {
+        for (int cl = warp; cl < cpg; cl += kFinalThreads / 32) {
+            const int c = grp * cpg + cl;
+            double d = 0.0;
+            for (int ci = lane; ci < p.c_in; ci += 32) {
+                const float r = ci == lane ? input_shift_of(elements) : input_shift(p, n, ci);
+                const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
+                double w_sum = 0.0;
+                for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
+                d += static_cast<double>(r) * w_sum;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (lane == 0) {
+                offset[cl] = static_cast<double>(__ldg(bias + c)) + d;
+                moment += static_cast<double>(p.ho) * p.wo * d;
+            }
+        }
+    } else {
+        for (int cl = tid; cl < cpg; cl += kFinalThreads) offset[cl] = static_cast<double>(__ldg(bias + grp * cpg + cl));
     }
     const double mean = block_sum(moment, scratch[0]) / group_count;
     double m2 = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double2 st = p.stats[(n * tiles + tile) * p.c_out + c];
-        const double d = pooling_sign(p, c) * st.x + static_cast<double>(__ldg(bias + c)) - mean;
+        const double d = pooling_sign(p, c) * st.x + offset[c - grp * cpg] - mean;
         m2 += st.y + tile_count(tile) * d * d;
     }
     const double rstd = 1.0 / sqrt(block_sum(m2, scratch[1]) / group_count + static_cast<double>(eps));
     for (int cl = tid; cl < cpg; cl += kFinalThreads) {
         const int c = grp * cpg + cl;
         const float gs = __ldg(p.gamma + c) * __ldg(p.scale + c);
-        const double shift = mean - static_cast<double>(__ldg(bias + c));  // mu - bias: Q has no bias
+        const double shift = mean - offset[cl];  // mu - bias - d: Q has neither
         const float s_hi = static_cast<float>(shift), s_lo = static_cast<float>(shift - s_hi);
         // `out` holds sign * Q: a * (Q - s) = (sign * a) * (sign * Q - sign * s), negations being exact.
         const float sign = pooling_sign(p, c);
@@ -1614,8 +1778,8 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
-    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * sizeof(float4);  // the second launch's
-    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 3072 channels per group (",
+    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * (sizeof(float4) + sizeof(double));  // launch 2's
+    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 2048 channels per group (",
                 std::to_string(c_out / groups), ")");
     if (N == 0) return out;
 
@@ -1627,6 +1791,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.out = out.data_ptr<float>();
     P.stats = reinterpret_cast<double2*>(stats.data_ptr<double>());
     if (reinterpret_cast<uintptr_t>(P.x) % 16 != 0) P.bulk_copy = 0;  // bulk copies need 16-byte aligned sources
+    P.shift_input = split3 ? 1 : 0;
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
