@@ -108,7 +108,7 @@
 //   dilation 1, groups 1; 1 <= C_out <= 32; any N >= 0, C_in >= 1, D, H, W >= k with more than one
 //   output position; a sample's flat rows (Do * H * W) spread over at most 16 CTAs, and the input box
 //   plus weight fragments fitting in the GPU's shared memory (227 KB on an H100, less 8 KB kept for
-//   static shared memory). The KernelBench size takes 114 048 bytes per CTA in the fp32 mode and 114 016 in the
+//   static shared memory). The KernelBench size takes 114 096 bytes per CTA in the fp32 mode and 114 016 in the
 //   TF32 mode (two boxes). Larger C_in * k^3 (e.g. C_in 64 with k = 5) or larger samples (e.g. 64 x 64 x 64)
 //   fall outside and run v1.
 //
