@@ -430,7 +430,10 @@ __device__ __forceinline__ float pooling_sign(const Params& p, int c) {
 // math"): the median of the plane's first, middle and last elements where the three agree to half its magnitude
 // (their spread <= |median| / 2: the plane sits at an offset large against its spread, e.g. inputs + 100), else 0
 // (no shift: inputs about 0, a wide spread, an outlier or a NaN or infinity among the three, which then propagates
-// as before). A median of the plane's own values keeps |x - r| within the plane's range.
+// as before). A known defect (README, Limits): where the three all sit far from the rest of the plane (e.g.
+// a constant frame: the middle element lies on an edge wherever the outermost extent is even), r is their
+// value and the split's error grows with |x - r| (three elements at 10 over [0, 1) data: 2.4x-4.2x
+// PARITY.md's fp32 bar).
 // Both kernels compute it from the same three elements.
 // In two parts: the three elements, and r from them (kernel 1 copies the next unit's into shared memory with
 // cp.async during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
