@@ -427,8 +427,9 @@ def test_fp32_mode_input_shift(case):
         assert judged.passed.all(), report.to_string()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known defect, measured 2026-11-26: r is then the three elements' value and "
-                   "the split's error grows with |x - r| (README, Limits); strict, so a fix shows as XPASS")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="known defect, measured 2026-11-26: r is then the three elements' value and the split's "
+                          "error grows with |x - r| (README, Limits); strict, so a fix shows as XPASS")
 def test_fp32_mode_three_reference_elements_far_from_the_plane():
     """A plane whose first, middle and last elements (input_shift's three reference elements) are all 100 while the
     rest is in [0, 1): the three agree, so r = 100, and every other value is convolved as about -100, where the

@@ -244,8 +244,9 @@ def test_fp32_mode_input_shift(init, shape, case):
         assert len(judged) == 2 and judged.passed.all(), report.to_string()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known defect, measured 2026-11-26: r is then the three elements' value and "
-                   "the split's error grows with |x - r| (README, Limits); strict, so a fix shows as XPASS")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="known defect, measured 2026-11-26: r is then the three elements' value and the split's "
+                          "error grows with |x - r| (README, Limits); strict, so a fix shows as XPASS")
 def test_fp32_mode_three_reference_elements_far_from_the_plane():
     """A plane whose first, middle and last elements (input_shift's three reference elements; at 128 x 128 the middle
     one is on the left edge, so a constant frame hits all three) are all 100 while the rest is in [0, 1): r = 100,
