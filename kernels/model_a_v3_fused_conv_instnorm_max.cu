@@ -20,8 +20,8 @@
 //   m * clamp(z, lo, hi) = clamp(m z, L, H) with [L, H] = m * [lo, hi] in increasing order, so the
 //   epilogue computes clamp((y - mu) * s, L, H) with s = a m, one multiply per value.
 //   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
-//   an offset (input_shift: the median of its first, middle and last elements where the three agree to half
-//   its magnitude, else 0). The conv is linear and valid (every output reads every tap), so this changes
+//   an offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of
+//   the 16 samples agree with it to half its magnitude, else 0). The conv is linear and valid (every output reads every tap), so this changes
 //   y[n, c, :] by the constant sum_ci r(n, ci) sum_taps w(c, ci, taps), which InstanceNorm removes like the
 //   bias: `out` is unchanged in exact arithmetic. What it buys is accuracy under a common offset: the split
 //   below represents each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per
@@ -333,25 +333,46 @@ __device__ __forceinline__ int f16_scale_exponent(float m) {
     return max(-126, min(126, 14 - binade));
 }
 // fp32 mode: the reference value r(n, ci) subtracted from plane (n, ci) of the input before the split (see "The
-// math"): the median of the plane's first, middle and last elements where the three agree to half its magnitude
-// (their spread <= |median| / 2: the plane sits at an offset large against its spread, e.g. inputs + 100), else 0
-// (no shift: inputs about 0, a wide spread, an outlier or a NaN or infinity among the three, which then propagates
-// as before). A known defect (README, Limits): where the three all sit far from the rest of the plane (e.g.
-// a constant frame: the middle element lies on an edge wherever the outermost extent is even), r is their
-// value and the split's error grows with |x - r| (three elements at 10 over [0, 1) data: 2.4x-4.2x
-// PARITY.md's fp32 bar).
-// Every CTA of a cluster computes the same value from the same three elements.
-// In two parts: the three elements, and r from them (the kernel copies the next sample's into shared memory with
+// math"). It looks at kShiftSamples = 16 elements of the plane on a 4 x 4 grid of rows and columns, (2a + 1) / 8
+// and (2b + 1) / 8 of the way across (a, b = 0..3: interior, so a frame or letterbox is missed; spread in both
+// directions, so no row-aligned stride lands them on one edge), each on its own depth slice (2 ((a + b) % 4) + 1)
+// / 8 of the way through (a Latin square: all four depths on every row and column of the grid). The candidate m
+// is the median of three central samples, (1, 1), (1, 2) and (2, 1); r = m where all 16 are finite and at least
+// 12 of them lie within |m| / 2 of m (the plane sits mostly at an offset large against its spread, e.g. inputs
+// + 100), else 0 (inputs about 0, a wide spread, no majority at one offset, a NaN or infinity among the samples,
+// which then propagates as before). Why 16 and a majority: r taken from the plane's first, middle and last
+// elements (the rule before) was their value wherever those three sat far from the rest, e.g. under a constant
+// frame, and the split's error grows with |x - r|: 4.2x PARITY.md's fp32 bar at three elements of 10 over [0, 1)
+// data (results/model_a/NOTES.md). With 12 of 16 spread samples near r, most of the plane is within [r/2, 3r/2],
+// where |x - r| <= |x|; the rest can be anywhere, as the samples cannot see it.
+// Every CTA of a cluster computes the same value from the same elements.
+// In two parts: the samples, and r from them (the kernel copies the next sample's into shared memory with
 // cp.async during this sample's GEMM, so that no warp waits on their loads).
-__device__ __forceinline__ float input_shift_of(float3 e) {
-    const float a = e.x, b = e.y, c = e.z;
-    if (!(isfinite(a) && isfinite(b) && isfinite(c))) return 0.f;
-    const float median = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
-    const float spread = fmaxf(fmaxf(a, b), c) - fminf(fminf(a, b), c);  // inf where it overflows: no shift
-    return spread <= 0.5f * fabsf(median) ? median : 0.f;
+constexpr int kShiftSamples = 16;
+constexpr int kShiftMajority = 12;
+__host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, int rows, int cols) {
+    const int a = j >> 2, b = j & 3;
+    const int d = (2 * ((a + b) & 3) + 1) * depth / 8, y = (2 * a + 1) * rows / 8, x = (2 * b + 1) * cols / 8;
+    return (d * rows + y) * cols + x;
 }
-__device__ __forceinline__ float input_shift(const float* plane, int size) {
-    return input_shift_of(make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1)));
+__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) finite = finite && isfinite(e[j]);
+    if (!finite) return 0.f;
+    const float a = e[5], b = e[6], c = e[9];
+    const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
+    const float half = 0.5f * fabsf(m);
+    int agree = 0;
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) agree += fabsf(e[j] - m) <= half ? 1 : 0;  // inf - overflow: disagrees
+    return agree >= kShiftMajority ? m : 0.f;
+}
+__device__ __forceinline__ float input_shift(const float* plane, int depth, int rows, int cols) {
+    float e[kShiftSamples];
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) e[j] = __ldg(plane + shift_sample_offset(j, depth, rows, cols));
+    return input_shift_of(e);
 }
 // The split of two scaled values into (hi, lo) FP16 pairs: lo = v - hi is exact in float, then rounded.
 __device__ __forceinline__ void split_f16(float v0, float v1, uint32_t& hi, uint32_t& lo) {
@@ -607,9 +628,9 @@ struct SmemLayout {
     }
     __host__ __device__ size_t tap_bytes(int ksteps) const { return static_cast<size_t>(ksteps) * 4 * sizeof(int2); }
     __host__ __device__ size_t row_bytes(int tiles) const { return static_cast<size_t>(tiles) * 16 * sizeof(int); }
-    // fp32 mode: r(n, ci) of two samples (input_shift), and the next sample's three elements per plane (4 floats)
+    // fp32 mode: r(n, ci) of two samples (input_shift), and the next sample's kShiftSamples elements per plane
     __host__ __device__ size_t shift_bytes(int c_in) const {
-        return split3 ? (6 * static_cast<size_t>(c_in) * sizeof(float) + 15) / 16 * 16 : 0;
+        return split3 ? ((2 + kShiftSamples) * static_cast<size_t>(c_in) * sizeof(float) + 15) / 16 * 16 : 0;
     }
     __host__ __device__ size_t box_bytes(int c_in, int pitch, bool prefetch) const {  // one box, two to prefetch
         return static_cast<size_t>(prefetch ? 2 : 1) * c_in * pitch * sizeof(float);
@@ -646,7 +667,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     int* row_out = reinterpret_cast<int*>(carve);
     carve += layout.row_bytes(p.warps * MT);
     float* shifts = reinterpret_cast<float*>(carve);  // fp32 mode: [2 (sample parity)][c_in], r(n, ci)
-    float* shift_elements = shifts + 2 * p.c_in;       // fp32 mode: [c_in][4], the next sample's three elements
+    float* shift_elements = shifts + 2 * p.c_in;       // fp32 mode: [c_in][kShiftSamples], the next sample's
     carve += layout.shift_bytes(p.c_in);
     float* boxes = reinterpret_cast<float*>(carve);  // [1 or 2 (prefetch: sample parity)][c_in][box_pitch]
     const int box_floats = p.c_in * p.box_pitch;
@@ -727,7 +748,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     copy_box(first, 0);
     if constexpr (SPLIT3)  // the first sample's r(n, ci) (the barrier at the end of step 1 orders it before use)
         for (int ci = tid; ci < p.c_in; ci += threads)
-            shifts[ci] = input_shift(p.x + (first * p.c_in + ci) * static_cast<int64_t>(p.plane), p.plane);
+            shifts[ci] = input_shift(p.x + (first * p.c_in + ci) * static_cast<int64_t>(p.plane), p.d, p.h, p.w);
     //    Weight fragments, step 1 of 2: each thread requests the raw weights of its fragments (taps k0 and k0 + 4
     //    of channel co for each k8 step of the fragment) into the fragment's slot with 4-byte cp.async,
     //    zero-filled where it pads past C_out or K. All of a thread's loads are in flight at once, where a load
@@ -858,14 +879,15 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (!p.prefetch && n != first) copy_box(n, 0);
         const bool has_next = n + clusters < p.batch;
         wait_box(b);
-        // fp32 mode: the next sample's three elements per plane (input_shift), requested as a cp.async group of
-        // their own before the next box's; the requesting thread combines them after the GEMM.
+        // fp32 mode: the next sample's kShiftSamples elements per plane (input_shift), requested as a cp.async group
+        // of their own before the next box's; the requesting thread combines them after the GEMM (a thread's wait
+        // covers only its own requests, so thread ci requests all of plane ci's).
         if (SPLIT3 && has_next) {
             for (int ci = tid; ci < p.c_in; ci += threads) {
                 const float* plane = p.x + ((n + clusters) * p.c_in + ci) * static_cast<int64_t>(p.plane);
-                cp_async_4(shift_elements + 4 * ci, plane, 4);
-                cp_async_4(shift_elements + 4 * ci + 1, plane + p.plane / 2, 4);
-                cp_async_4(shift_elements + 4 * ci + 2, plane + p.plane - 1, 4);
+#pragma unroll
+                for (int j = 0; j < kShiftSamples; ++j)
+                    cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.d, p.h, p.w), 4);
             }
             cp_async_commit();
         }
@@ -938,8 +960,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
             else cp_async_wait_all();
             float* slot = shifts + (parity ^ 1) * p.c_in;
             for (int ci = tid; ci < p.c_in; ci += threads) {
-                const float* e = shift_elements + 4 * ci;
-                slot[ci] = input_shift_of(make_float3(e[0], e[1], e[2]));
+                slot[ci] = input_shift_of(shift_elements + kShiftSamples * ci);
             }
         }
 

@@ -45,12 +45,12 @@
 //   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
 //   shifted by +100 cost no accuracy.
 //   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
-//   an offset (input_shift: the median of its first, middle and last elements where the three agree to half
-//   its magnitude, else 0): the relay (wgmma) or shift_box (mma.sync) subtracts it before the split. The
-//   conv is linear and valid (every output reads every tap), so kernel 1's values then lack the per-channel
-//   constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps); pass 2 computes d_c in float64 and adds it with
-//   the bias (bias + d in place of the bias above), and kernel 1 moves its statistics' shift by the change
-//   of d from one unit to the next. What it buys is accuracy under a common offset: the split represents
+//   an offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of
+//   the 16 samples agree with it to half its magnitude, else 0): the relay (wgmma) or shift_box (mma.sync)
+//   subtracts it before the split. The conv is linear and valid (every output reads every tap), so kernel 1's
+//   values then lack the per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps); pass 2 computes
+//   d_c in float64 and adds it with the bias (bias + d in place of the bias above), and kernel 1 moves its
+//   statistics' shift by the change of d from one unit to the next. What it buys is accuracy under a common offset: the split represents
 //   each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per element for x,
 //   but of about 1 for x - r. Without it the fuzz found the fp32 mode over its bar (4x the float32
 //   yardstick's error) at +100 on about 1 in 2 500 configurations with few taps (results/model_b/NOTES.md).
@@ -130,6 +130,8 @@ constexpr int kMaxPool = 16;
 constexpr int kStaticSmemReserve = 5120;              // static shared memory (< 4.5 KB) comes off the opt-in limit
 constexpr int kFinalThreads = 256;
 constexpr int kMaxWgmmaSteps = 128;                   // k-steps of a wgmma plan (their tap offsets are parameters)
+constexpr int kShiftSamples = 16;                     // fp32 mode: input_shift's samples per plane, and
+constexpr int kShiftMajority = 12;                    // how many must agree with its candidate
 
 struct Params {
     const float* x;
@@ -398,11 +400,11 @@ struct SmemLayout {
     __host__ __device__ size_t tap_bytes(int ksteps) const {
         return relaid ? 0 : static_cast<size_t>(ksteps) * 4 * sizeof(int2);
     }
-    // fp32 mode: r(n, ci) of two units (input_shift), the next unit's three elements per input channel (4
-    // floats each), and per channel of the chunk the sums of its weights over the taps of each input channel (to
-    // follow the statistics' shift from one unit to the next).
+    // fp32 mode: r(n, ci) of two units (input_shift), the next unit's kShiftSamples elements per input channel,
+    // and per channel of the chunk the sums of its weights over the taps of each input channel (to follow the
+    // statistics' shift from one unit to the next).
     __host__ __device__ size_t shift_bytes(int c_in) const {
-        return split3 ? ((2 + 4 + 8 * static_cast<size_t>(nt)) * c_in * sizeof(float) + 15) / 16 * 16 : 0;
+        return split3 ? ((2 + kShiftSamples + 8 * static_cast<size_t>(nt)) * c_in * sizeof(float) + 15) / 16 * 16 : 0;
     }
     // Two input boxes (this unit's and the next), or the raw box and the relaid one.
     __host__ __device__ size_t box_bytes(int c_in, int pitch, int quad_floats) const {
@@ -427,30 +429,49 @@ __device__ __forceinline__ float pooling_sign(const Params& p, int c) {
 }
 
 // fp32 mode: the reference value r(n, ci) subtracted from plane (n, ci) of the input before the split (see "The
-// math"): the median of the plane's first, middle and last elements where the three agree to half its magnitude
-// (their spread <= |median| / 2: the plane sits at an offset large against its spread, e.g. inputs + 100), else 0
-// (no shift: inputs about 0, a wide spread, an outlier or a NaN or infinity among the three, which then propagates
-// as before). A known defect (README, Limits): where the three all sit far from the rest of the plane (e.g.
-// a constant frame: the middle element lies on an edge wherever the outermost extent is even), r is their
-// value and the split's error grows with |x - r| (three elements at 10 over [0, 1) data: 2.4x-4.2x
-// PARITY.md's fp32 bar).
-// Both kernels compute it from the same three elements.
-// In two parts: the three elements, and r from them (kernel 1 copies the next unit's into shared memory with
-// cp.async during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
+// math"). It looks at kShiftSamples = 16 elements of the plane on a 4 x 4 grid, rows and columns (2a + 1) / 8 and
+// (2b + 1) / 8 of the way across (a, b = 0..3: interior, so a frame or letterbox is missed; spread in both
+// directions, so no row-aligned stride lands them on one edge). The candidate m is the median of three central
+// samples, (1, 1), (1, 2) and (2, 1); r = m where all 16 are finite and at least 12 of them lie within |m| / 2 of
+// m (the plane sits mostly at an offset large against its spread, e.g. inputs + 100), else 0 (inputs about 0, a
+// wide spread, no majority at one offset, a NaN or infinity among the samples, which then propagates as before).
+// Why 16 and a majority: r taken from the plane's first, middle and last elements (the rule before) was their
+// value wherever those three sat far from the rest, e.g. under a constant frame (the middle element of a 128 x
+// 128 plane is on its left edge), and the split's error grows with |x - r|: 2.4x PARITY.md's fp32 bar at three
+// elements of 10 over [0, 1) data (results/model_b/NOTES.md). With 12 of 16 spread samples near r, most of the
+// plane is within [r/2, 3r/2], where |x - r| <= |x|; the rest can be anywhere, as the samples cannot see it.
+// Both kernels compute it from the same samples.
+// In two parts: the samples, and r from them (kernel 1 copies the next unit's into shared memory with cp.async
+// during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
+__device__ __forceinline__ int shift_sample_offset(int j, int rows, int cols) {
+    const int a = j >> 2, b = j & 3;
+    return (2 * a + 1) * rows / 8 * cols + (2 * b + 1) * cols / 8;
+}
 __device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, int ci) {
     return p.x + (n * p.c_in + ci) * static_cast<int64_t>(p.h) * p.w;  // C_in H W < 2^31
 }
-__device__ __forceinline__ float input_shift_of(float3 e) {
-    const float a = e.x, b = e.y, c = e.z;
-    if (!(isfinite(a) && isfinite(b) && isfinite(c))) return 0.f;
-    const float median = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
-    const float spread = fmaxf(fmaxf(a, b), c) - fminf(fminf(a, b), c);  // inf where it overflows: no shift
-    return spread <= 0.5f * fabsf(median) ? median : 0.f;
+__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) finite = finite && isfinite(e[j]);
+    if (!finite) return 0.f;
+    const float a = e[5], b = e[6], c = e[9];
+    const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
+    const float half = 0.5f * fabsf(m);
+    int agree = 0;
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) agree += fabsf(e[j] - m) <= half ? 1 : 0;  // inf - overflow: disagrees
+    return agree >= kShiftMajority ? m : 0.f;
+}
+__device__ __forceinline__ void load_shift_samples(const Params& p, int64_t n, int ci, float (&e)[kShiftSamples]) {
+    const float* plane = input_plane(p, n, ci);
+#pragma unroll
+    for (int j = 0; j < kShiftSamples; ++j) e[j] = __ldg(plane + shift_sample_offset(j, p.h, p.w));
 }
 __device__ __forceinline__ float input_shift(const Params& p, int64_t n, int ci) {
-    const float* plane = input_plane(p, n, ci);
-    const int size = p.h * p.w;
-    return input_shift_of(make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1)));
+    float e[kShiftSamples];
+    load_shift_samples(p, n, ci, e);
+    return input_shift_of(e);
 }
 
 // Conv rows / columns of tile (ty, tx) inside the conv output (the last tiles may be partial).
@@ -1002,20 +1023,20 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
     float* weight_frag = reinterpret_cast<float*>(smem);
     int2* taps = reinterpret_cast<int2*>(smem + layout.weight_bytes(p.ksteps));
     // fp32 mode: [2 (unit parity)][c_in], r(n, ci) of this unit's sample and the next one's (input_shift); then
-    // [c_in][4], the next unit's three elements of each plane (request_shift_elements); then [c_in][NCH],
+    // [c_in][kShiftSamples], the next unit's samples of each plane (request_shift_elements); then [c_in][NCH],
     // sign_c * sum over the taps of w(c, ci, taps) for the chunk's channels c
     float* shifts = reinterpret_cast<float*>(smem + layout.weight_bytes(p.ksteps) + layout.tap_bytes(p.ksteps));
     float* shift_elements = shifts + 2 * p.c_in;
-    float* weight_sums = shift_elements + 4 * p.c_in;
-    // fp32 mode: requests the three elements of each plane of sample n (input_shift) into shift_elements, as
-    // their own cp.async group; the requesting thread waits for them and combines them (after the GEMM).
+    float* weight_sums = shift_elements + kShiftSamples * p.c_in;
+    // fp32 mode: requests the samples of each plane of sample n (input_shift) into shift_elements, as their own
+    // cp.async group; the requesting thread waits for them and combines them (after the GEMM). A thread's wait
+    // covers only its own requests, so thread ci requests all of plane ci's.
     const auto request_shift_elements = [&](int64_t n) {
-        const int size = p.h * p.w;
         for (int ci = threadIdx.x; ci < p.c_in; ci += kThreads) {
             const float* plane = input_plane(p, n, ci);
-            cp_async_4(shift_elements + 4 * ci, plane, 4);
-            cp_async_4(shift_elements + 4 * ci + 1, plane + size / 2, 4);
-            cp_async_4(shift_elements + 4 * ci + 2, plane + size - 1, 4);
+#pragma unroll
+            for (int j = 0; j < kShiftSamples; ++j)
+                cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.h, p.w), 4);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
@@ -1259,8 +1280,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
             else cp_async_wait<0>();
             float* slot = shifts + ((iter + 1) & 1) * p.c_in;
             for (int ci = tid; ci < p.c_in; ci += kThreads) {
-                const float* e = shift_elements + 4 * ci;
-                slot[ci] = input_shift_of(make_float3(e[0], e[1], e[2]));
+                slot[ci] = input_shift_of(shift_elements + kShiftSamples * ci);
             }
         }
 
@@ -1419,17 +1439,13 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
     // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
     // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. Lane ci of each
-    // warp loads the three elements of plane ci first, so that their latency passes under the first loop's.
+    // warp loads the samples of plane ci first (input_shift), so that their latency passes under the first loop's.
     // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
     // that owns c.
     const int warp = tid >> 5, lane = tid & 31;
     const int taps = p.kh * p.kw;  // per (c, ci)
-    float3 elements = make_float3(0.f, 0.f, 0.f);
-    if (p.shift_input && lane < p.c_in) {
-        const float* plane = input_plane(p, n, lane);
-        const int size = p.h * p.w;
-        elements = make_float3(__ldg(plane), __ldg(plane + size / 2), __ldg(plane + size - 1));
-    }
+    float samples[kShiftSamples] = {};
+    if (p.shift_input && lane < p.c_in) load_shift_samples(p, n, lane, samples);
     double moment = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
@@ -1442,7 +1458,7 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
             const int c = grp * cpg + cl;
             double d = 0.0;
             for (int ci = lane; ci < p.c_in; ci += 32) {
-                const float r = ci == lane ? input_shift_of(elements) : input_shift(p, n, ci);
+                const float r = ci == lane ? input_shift_of(samples) : input_shift(p, n, ci);
                 const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
                 double w_sum = 0.0;
                 for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
