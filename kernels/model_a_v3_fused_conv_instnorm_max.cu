@@ -355,24 +355,28 @@ __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, in
     const int d = (2 * ((a + b) & 3) + 1) * depth / 8, y = (2 * a + 1) * rows / 8, x = (2 * b + 1) * cols / 8;
     return (d * rows + y) * cols + x;
 }
-__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]
-    bool finite = true;
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) finite = finite && isfinite(e[j]);
-    if (!finite) return 0.f;
-    const float a = e[5], b = e[6], c = e[9];
+// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
+// loop, not an array: from global memory, the second launch keeps few loads in flight this way).
+template <class Sample>
+__device__ __forceinline__ float input_shift_from(Sample sample) {
+    const float a = sample(5), b = sample(6), c = sample(9);
     const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
     const float half = 0.5f * fabsf(m);
+    bool finite = true;
     int agree = 0;
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) agree += fabsf(e[j] - m) <= half ? 1 : 0;  // inf - overflow: disagrees
-    return agree >= kShiftMajority ? m : 0.f;
+#pragma unroll 4
+    for (int j = 0; j < kShiftSamples; ++j) {
+        const float v = sample(j);
+        finite = finite && isfinite(v);
+        agree += fabsf(v - m) <= half ? 1 : 0;  // inf - overflow: disagrees
+    }
+    return finite && agree >= kShiftMajority ? m : 0.f;
+}
+__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples], in shared memory
+    return input_shift_from([e](int j) { return e[j]; });
 }
 __device__ __forceinline__ float input_shift(const float* plane, int depth, int rows, int cols) {
-    float e[kShiftSamples];
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) e[j] = __ldg(plane + shift_sample_offset(j, depth, rows, cols));
-    return input_shift_of(e);
+    return input_shift_from([=](int j) { return __ldg(plane + shift_sample_offset(j, depth, rows, cols)); });
 }
 // The split of two scaled values into (hi, lo) FP16 pairs: lo = v - hi is exact in float, then rounded.
 __device__ __forceinline__ void split_f16(float v0, float v1, uint32_t& hi, uint32_t& lo) {

@@ -450,28 +450,30 @@ __device__ __forceinline__ int shift_sample_offset(int j, int rows, int cols) {
 __device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, int ci) {
     return p.x + (n * p.c_in + ci) * static_cast<int64_t>(p.h) * p.w;  // C_in H W < 2^31
 }
-__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]
-    bool finite = true;
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) finite = finite && isfinite(e[j]);
-    if (!finite) return 0.f;
-    const float a = e[5], b = e[6], c = e[9];
+// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
+// loop, not an array: from global memory, the second launch keeps few loads in flight this way).
+template <class Sample>
+__device__ __forceinline__ float input_shift_from(Sample sample) {
+    const float a = sample(5), b = sample(6), c = sample(9);
     const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
     const float half = 0.5f * fabsf(m);
+    bool finite = true;
     int agree = 0;
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) agree += fabsf(e[j] - m) <= half ? 1 : 0;  // inf - overflow: disagrees
-    return agree >= kShiftMajority ? m : 0.f;
+#pragma unroll 4
+    for (int j = 0; j < kShiftSamples; ++j) {
+        const float v = sample(j);
+        finite = finite && isfinite(v);
+        agree += fabsf(v - m) <= half ? 1 : 0;  // inf - overflow: disagrees
+    }
+    return finite && agree >= kShiftMajority ? m : 0.f;
 }
-__device__ __forceinline__ void load_shift_samples(const Params& p, int64_t n, int ci, float (&e)[kShiftSamples]) {
-    const float* plane = input_plane(p, n, ci);
-#pragma unroll
-    for (int j = 0; j < kShiftSamples; ++j) e[j] = __ldg(plane + shift_sample_offset(j, p.h, p.w));
+__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples], in shared memory
+    return input_shift_from([e](int j) { return e[j]; });
 }
 __device__ __forceinline__ float input_shift(const Params& p, int64_t n, int ci) {
-    float e[kShiftSamples];
-    load_shift_samples(p, n, ci, e);
-    return input_shift_of(e);
+    const float* plane = input_plane(p, n, ci);
+    const int rows = p.h, cols = p.w;
+    return input_shift_from([=](int j) { return __ldg(plane + shift_sample_offset(j, rows, cols)); });
 }
 
 // Conv rows / columns of tile (ty, tx) inside the conv output (the last tiles may be partial).
@@ -1438,14 +1440,13 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     };
     // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
     // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
-    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. Lane ci of each
-    // warp loads the samples of plane ci first (input_shift), so that their latency passes under the first loop's.
+    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. (Loading lane
+    // ci's 16 samples before the first loop, to hide their latency under its own, took 102 registers instead of 64
+    // in one build; the three elements of the rule before were loaded so.)
     // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
     // that owns c.
     const int warp = tid >> 5, lane = tid & 31;
     const int taps = p.kh * p.kw;  // per (c, ci)
-    float samples[kShiftSamples] = {};
-    if (p.shift_input && lane < p.c_in) load_shift_samples(p, n, lane, samples);
     double moment = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
@@ -1458,7 +1459,7 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
             const int c = grp * cpg + cl;
             double d = 0.0;
             for (int ci = lane; ci < p.c_in; ci += 32) {
-                const float r = ci == lane ? input_shift_of(samples) : input_shift(p, n, ci);
+                const float r = input_shift(p, n, ci);
                 const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
                 double w_sum = 0.0;
                 for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
