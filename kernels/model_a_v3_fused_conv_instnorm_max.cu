@@ -126,6 +126,8 @@
 //   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0,
 //                 tiles_per_warp=0, kh_reuse=True)
 //       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, ...)
+//   ext.shift_samples(depth, rows, cols) -> the flat offsets of input_shift's 16 samples in a plane; and
+//   ext.input_shift_rule(samples) -> the r those samples give (the fp32 mode's rule, run on the host)
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -358,7 +360,7 @@ __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, in
 // The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
 // loop, not an array: from global memory, the second launch keeps few loads in flight this way).
 template <class Sample>
-__device__ __forceinline__ float input_shift_from(Sample sample) {
+__host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float a = sample(5), b = sample(6), c = sample(9);
     const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
     const float half = 0.5f * fabsf(m);
@@ -372,8 +374,8 @@ __device__ __forceinline__ float input_shift_from(Sample sample) {
     }
     return finite && agree >= kShiftMajority ? m : 0.f;
 }
-__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples], in shared memory
-    return input_shift_from([e](int j) { return e[j]; });
+__host__ __device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]: shared memory,
+    return input_shift_from([e](int j) { return e[j]; });                    // or the host (input_shift_rule)
 }
 __device__ __forceinline__ float input_shift(const float* plane, int depth, int rows, int cols) {
     return input_shift_from([=](int j) { return __ldg(plane + shift_sample_offset(j, depth, rows, cols)); });
@@ -1663,6 +1665,24 @@ std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t b
             {"kh_reuse", plan.params.kh_reuse}, {"tap_steps", plan.params.tap_steps}};
 }
 
+// The fp32 mode's input_shift rule and its sample offsets, run on the host: for tests (the kernels' own code,
+// checked without a GPU) and for readers who want to see which r a plane gets.
+double input_shift_rule(const std::vector<double>& samples) {
+    TORCH_CHECK(samples.size() == static_cast<size_t>(kShiftSamples), "input_shift_rule: samples must hold " +
+                std::to_string(kShiftSamples) + " values, got " + std::to_string(samples.size()));
+    float e[kShiftSamples];
+    for (int j = 0; j < kShiftSamples; ++j) e[j] = static_cast<float>(samples[j]);
+    return input_shift_of(e);
+}
+std::vector<int64_t> shift_samples(int64_t depth, int64_t rows, int64_t cols) {
+    TORCH_CHECK(depth >= 1 && rows >= 1 && cols >= 1 && depth * rows * cols < (int64_t{1} << 31),
+                "shift_samples: depth, rows and cols must be >= 1 with a product < 2^31");
+    std::vector<int64_t> out;
+    for (int j = 0; j < kShiftSamples; ++j)
+        out.push_back(shift_sample_offset(j, static_cast<int>(depth), static_cast<int>(rows), static_cast<int>(cols)));
+    return out;
+}
+
 }  // namespace model_a_v3
 
 // ---------------------------------------------------------------------------------------------
@@ -1681,4 +1701,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kernel"), py::arg("allow_tf32"),
           py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0,
           py::arg("kh_reuse") = true);
+    m.def("input_shift_rule", &model_a_v3::input_shift_rule,
+          "fp32 mode: input_shift's r from a plane's 16 samples (as floats), computed on the host by the kernel's rule",
+          py::arg("samples"));
+    m.def("shift_samples", &model_a_v3::shift_samples,
+          "fp32 mode: the flat offsets of input_shift's samples in a (depth, rows, cols) plane", py::arg("depth"),
+          py::arg("rows"), py::arg("cols"));
 }

@@ -105,6 +105,8 @@
 //               allow_tf32, out, wgmma=True) -> out   (wgmma=False keeps mma.sync, for comparison)
 //   ext.plan_info(h, w, batch, c_in, c_out, kh, kw, pool, allow_tf32, device, wgmma=True) -> the tiling
 //       forward uses, and whether its GEMM runs on wgmma
+//   ext.shift_samples(rows, cols) -> the flat offsets of input_shift's 16 samples in a plane; and
+//   ext.input_shift_rule(samples) -> the r those samples give (the fp32 mode's rule, run on the host)
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -443,7 +445,7 @@ __device__ __forceinline__ float pooling_sign(const Params& p, int c) {
 // Both kernels compute it from the same samples.
 // In two parts: the samples, and r from them (kernel 1 copies the next unit's into shared memory with cp.async
 // during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
-__device__ __forceinline__ int shift_sample_offset(int j, int rows, int cols) {
+__host__ __device__ __forceinline__ int shift_sample_offset(int j, int rows, int cols) {
     const int a = j >> 2, b = j & 3;
     return (2 * a + 1) * rows / 8 * cols + (2 * b + 1) * cols / 8;
 }
@@ -453,7 +455,7 @@ __device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, 
 // The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
 // loop, not an array: from global memory, the second launch keeps few loads in flight this way).
 template <class Sample>
-__device__ __forceinline__ float input_shift_from(Sample sample) {
+__host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float a = sample(5), b = sample(6), c = sample(9);
     const float m = fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
     const float half = 0.5f * fabsf(m);
@@ -467,8 +469,8 @@ __device__ __forceinline__ float input_shift_from(Sample sample) {
     }
     return finite && agree >= kShiftMajority ? m : 0.f;
 }
-__device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples], in shared memory
-    return input_shift_from([e](int j) { return e[j]; });
+__host__ __device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]: shared memory,
+    return input_shift_from([e](int j) { return e[j]; });                    // or the host (input_shift_rule)
 }
 __device__ __forceinline__ float input_shift(const Params& p, int64_t n, int ci) {
     const float* plane = input_plane(p, n, ci);
@@ -1846,6 +1848,24 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
             {"wgmma", plan.wgmma ? 1 : 0}};
 }
 
+// The fp32 mode's input_shift rule and its sample offsets, run on the host: for tests (the kernels' own code,
+// checked without a GPU) and for readers who want to see which r a plane gets.
+double input_shift_rule(const std::vector<double>& samples) {
+    TORCH_CHECK(samples.size() == static_cast<size_t>(kShiftSamples), "input_shift_rule: samples must hold " +
+                std::to_string(kShiftSamples) + " values, got " + std::to_string(samples.size()));
+    float e[kShiftSamples];
+    for (int j = 0; j < kShiftSamples; ++j) e[j] = static_cast<float>(samples[j]);
+    return input_shift_of(e);
+}
+std::vector<int64_t> shift_samples(int64_t rows, int64_t cols) {
+    TORCH_CHECK(rows >= 1 && cols >= 1 && rows * cols < (int64_t{1} << 31),
+                "shift_samples: rows and cols must be >= 1 with a product < 2^31");
+    std::vector<int64_t> out;
+    for (int j = 0; j < kShiftSamples; ++j)
+        out.push_back(shift_sample_offset(j, static_cast<int>(rows), static_cast<int>(cols)));
+    return out;
+}
+
 }  // namespace model_b_v3
 
 // ---------------------------------------------------------------------------------------------
@@ -1865,4 +1885,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("plan_info", &model_b_v3::plan_info, "the tiling v3 picks for these sizes", py::arg("h"), py::arg("w"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kh"), py::arg("kw"), py::arg("pool"),
           py::arg("allow_tf32"), py::arg("device"), py::arg("wgmma") = true);
+    m.def("input_shift_rule", &model_b_v3::input_shift_rule,
+          "fp32 mode: input_shift's r from a plane's 16 samples (as floats), computed on the host by the kernel's rule",
+          py::arg("samples"));
+    m.def("shift_samples", &model_b_v3::shift_samples,
+          "fp32 mode: the flat offsets of input_shift's samples in a (rows, cols) plane", py::arg("rows"),
+          py::arg("cols"));
 }
