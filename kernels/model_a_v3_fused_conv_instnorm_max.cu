@@ -19,16 +19,15 @@
 //   common offset (inputs shifted by +100) costs no accuracy. The multiplier is folded in:
 //   m * clamp(z, lo, hi) = clamp(m z, L, H) with [L, H] = m * [lo, hi] in increasing order, so the
 //   epilogue computes clamp((y - mu) * s, L, H) with s = a m, one multiply per value.
-//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
-//   an offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of
-//   the 16 samples agree with it to half its magnitude, else 0). The conv is linear and valid (every output reads every tap), so this changes
-//   y[n, c, :] by the constant sum_ci r(n, ci) sum_taps w(c, ci, taps), which InstanceNorm removes like the
-//   bias: `out` is unchanged in exact arithmetic. What it buys is accuracy under a common offset: the split
-//   below represents each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per
-//   element for x, but of about 1 for x - r. Without it the fp32 mode's error at +100 was that of the float32
-//   yardstick (at the KernelBench size 3.1e-5 against 3.4e-5), and the fuzz found it over the fp32 bar (4x
-//   the yardstick's) on about 1 in 2 000 configurations with few taps;
-//   with it, 1.6e-7 (results/model_a/NOTES.md).
+//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at an
+//   offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of the 16
+//   samples agree with it to half its magnitude, else 0). The conv is linear and valid (every output reads every
+//   tap), so this changes y[n, c, :] by the constant sum_ci r(n, ci) sum_taps w(c, ci, taps), which InstanceNorm
+//   removes like the bias: `out` is unchanged in exact arithmetic. What it buys is accuracy under a common offset:
+//   the split below represents each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100
+//   per element for x, but of about 1 for x - r. Without it the fp32 mode's error at +100 was that of the float32
+//   yardstick (at the KernelBench size 3.1e-5 against 3.4e-5), and the fuzz found it over the fp32 bar (4x the
+//   yardstick's) on about 1 in 2 000 configurations with few taps; with it, 1.6e-7 (results/model_a/NOTES.md).
 //   Flat implicit GEMM: with stride 1 and no padding, output (od, oh, ow) reads input flat index
 //   q + off(ci, kd, kh, kw), q = (od * H + oh) * W + ow, off = ci * plane + (kd * H + kh) * W + kw. So the
 //   kernel treats the Do x H x W flat positions q of a sample as GEMM rows (those with oh >= Ho or
@@ -353,9 +352,10 @@ __device__ __forceinline__ int f16_scale_exponent(float m) {
 constexpr int kShiftSamples = 16;
 constexpr int kShiftMajority = 12;
 __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, int rows, int cols) {
-    const int a = j >> 2, b = j & 3;
-    const int d = (2 * ((a + b) & 3) + 1) * depth / 8, y = (2 * a + 1) * rows / 8, x = (2 * b + 1) * cols / 8;
-    return (d * rows + y) * cols + x;
+    const int a = j >> 2, b = j & 3;  // 64-bit products: 7 * cols may pass 2^31 where the plane does not
+    const int64_t d = (2 * ((a + b) & 3) + 1) * int64_t{depth} / 8, y = (2 * a + 1) * int64_t{rows} / 8,
+                  x = (2 * b + 1) * int64_t{cols} / 8;
+    return static_cast<int>((d * rows + y) * cols + x);  // < depth * rows * cols < 2^31
 }
 // The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
 // loop, not an array: from global memory, the second launch keeps few loads in flight this way).
@@ -893,7 +893,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
                 const float* plane = p.x + ((n + clusters) * p.c_in + ci) * static_cast<int64_t>(p.plane);
 #pragma unroll
                 for (int j = 0; j < kShiftSamples; ++j)
-                    cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.d, p.h, p.w), 4);
+                    cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.d, p.h, p.w),
+                               4);
             }
             cp_async_commit();
         }

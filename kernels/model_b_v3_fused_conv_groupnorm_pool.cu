@@ -44,16 +44,16 @@
 //   Pass 2 of the model merges the tiles per group in float64 (Chan et al.'s merge as two block sums)
 //   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
 //   shifted by +100 cost no accuracy.
-//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at
-//   an offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of
-//   the 16 samples agree with it to half its magnitude, else 0): the relay (wgmma) or shift_box (mma.sync)
-//   subtracts it before the split. The conv is linear and valid (every output reads every tap), so kernel 1's
-//   values then lack the per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps); pass 2 computes
-//   d_c in float64 and adds it with the bias (bias + d in place of the bias above), and kernel 1 moves its
-//   statistics' shift by the change of d from one unit to the next. What it buys is accuracy under a common offset: the split represents
-//   each operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per element for x,
-//   but of about 1 for x - r. Without it the fuzz found the fp32 mode over its bar (4x the float32
-//   yardstick's error) at +100 on about 1 in 2 500 configurations with few taps (results/model_b/NOTES.md).
+//   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at an
+//   offset (input_shift: the median of three central samples of a 4 x 4 interior grid where at least 12 of the 16
+//   samples agree with it to half its magnitude, else 0): the relay (wgmma) or shift_box (mma.sync) subtracts it
+//   before the split. The conv is linear and valid (every output reads every tap), so kernel 1's values then lack
+//   the per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps); pass 2 computes d_c in float64 and adds
+//   it with the bias (bias + d in place of the bias above), and kernel 1 moves its statistics' shift by the change
+//   of d from one unit to the next. What it buys is accuracy under a common offset: the split represents each
+//   operand to about 2^-22 of itself, and with inputs at +100 that is 2^-22 of 100 per element for x, but of about 1
+//   for x - r. Without it the fuzz found the fp32 mode over its bar (4x the float32 yardstick's error) at +100 on
+//   about 1 in 2 500 configurations with few taps (results/model_b/NOTES.md).
 //   The TF32 mode does not shift (like cuDNN's TF32, it is not promised at +100).
 //
 // Tiling
@@ -446,8 +446,8 @@ __device__ __forceinline__ float pooling_sign(const Params& p, int c) {
 // In two parts: the samples, and r from them (kernel 1 copies the next unit's into shared memory with cp.async
 // during this unit's GEMM, so that no warp waits on their loads: request_shift_elements).
 __host__ __device__ __forceinline__ int shift_sample_offset(int j, int rows, int cols) {
-    const int a = j >> 2, b = j & 3;
-    return (2 * a + 1) * rows / 8 * cols + (2 * b + 1) * cols / 8;
+    const int a = j >> 2, b = j & 3;  // 64-bit products: 7 * cols may pass 2^31 where the plane does not
+    return static_cast<int>((2 * a + 1) * int64_t{rows} / 8 * cols + (2 * b + 1) * int64_t{cols} / 8);
 }
 __device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, int ci) {
     return p.x + (n * p.c_in + ci) * static_cast<int64_t>(p.h) * p.w;  // C_in H W < 2^31
