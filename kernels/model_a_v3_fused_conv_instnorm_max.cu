@@ -357,8 +357,8 @@ __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, in
                   x = (2 * b + 1) * int64_t{cols} / 8;
     return static_cast<int>((d * rows + y) * cols + x);  // < depth * rows * cols < 2^31
 }
-// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
-// loop, not an array: from global memory, the second launch keeps few loads in flight this way).
+// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement.
+// Unrolled, so that from global memory all 16 loads are in flight at once (results/model_a/NOTES.md).
 template <class Sample>
 __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float a = sample(5), b = sample(6), c = sample(9);
@@ -366,7 +366,7 @@ __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float half = 0.5f * fabsf(m);
     bool finite = true;
     int agree = 0;
-#pragma unroll 4
+#pragma unroll
     for (int j = 0; j < kShiftSamples; ++j) {
         const float v = sample(j);
         finite = finite && isfinite(v);
@@ -886,15 +886,14 @@ fused_conv_instnorm_max_kernel(const Params p) {
         const bool has_next = n + clusters < p.batch;
         wait_box(b);
         // fp32 mode: the next sample's kShiftSamples elements per plane (input_shift), requested as a cp.async group
-        // of their own before the next box's; the requesting thread combines them after the GEMM (a thread's wait
-        // covers only its own requests, so thread ci requests all of plane ci's).
+        // of their own before the next box's, one element per thread: request t is sample t % 16 of plane t / 16,
+        // so the 16 of a plane come from 16 lanes of one warp (threads is a multiple of 32), which combine them
+        // after the GEMM. (Thread ci requesting all 16 of plane ci's held its warp back: results/model_a/NOTES.md.)
         if (SPLIT3 && has_next) {
-            for (int ci = tid; ci < p.c_in; ci += threads) {
+            for (int t = tid; t < kShiftSamples * p.c_in; t += threads) {
+                const int ci = t / kShiftSamples, j = t % kShiftSamples;
                 const float* plane = p.x + ((n + clusters) * p.c_in + ci) * static_cast<int64_t>(p.plane);
-#pragma unroll
-                for (int j = 0; j < kShiftSamples; ++j)
-                    cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.d, p.h, p.w),
-                               4);
+                cp_async_4(shift_elements + t, plane + shift_sample_offset(j, p.d, p.h, p.w), 4);
             }
             cp_async_commit();
         }
@@ -965,10 +964,10 @@ fused_conv_instnorm_max_kernel(const Params p) {
         if (SPLIT3 && has_next) {
             if (!bulk && p.prefetch) cp_async_wait_all_but_newest();  // (the next box's cp.async group is newer)
             else cp_async_wait_all();
+            __syncwarp();  // each lane waited for its own requests; this shows them to the warp's other lanes
             float* slot = shifts + (parity ^ 1) * p.c_in;
-            for (int ci = tid; ci < p.c_in; ci += threads) {
-                slot[ci] = input_shift_of(shift_elements + kShiftSamples * ci);
-            }
+            for (int t = tid; t < kShiftSamples * p.c_in; t += threads)
+                if (t % kShiftSamples == 0) slot[t / kShiftSamples] = input_shift_of(shift_elements + t);
         }
 
         // 4. Statistics of each warp's valid rows, per channel, from the registers: the sums of (y - c) and

@@ -452,8 +452,8 @@ __host__ __device__ __forceinline__ int shift_sample_offset(int j, int rows, int
 __device__ __forceinline__ const float* input_plane(const Params& p, int64_t n, int ci) {
     return p.x + (n * p.c_in + ci) * static_cast<int64_t>(p.h) * p.w;  // C_in H W < 2^31
 }
-// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement (a
-// loop, not an array: from global memory, the second launch keeps few loads in flight this way).
+// The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement.
+// Unrolled, so that from global memory all 16 loads are in flight at once (results/model_b/NOTES.md).
 template <class Sample>
 __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float a = sample(5), b = sample(6), c = sample(9);
@@ -461,7 +461,7 @@ __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float half = 0.5f * fabsf(m);
     bool finite = true;
     int agree = 0;
-#pragma unroll 4
+#pragma unroll
     for (int j = 0; j < kShiftSamples; ++j) {
         const float v = sample(j);
         finite = finite && isfinite(v);
@@ -1033,14 +1033,13 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
     float* shift_elements = shifts + 2 * p.c_in;
     float* weight_sums = shift_elements + kShiftSamples * p.c_in;
     // fp32 mode: requests the samples of each plane of sample n (input_shift) into shift_elements, as their own
-    // cp.async group; the requesting thread waits for them and combines them (after the GEMM). A thread's wait
-    // covers only its own requests, so thread ci requests all of plane ci's.
+    // cp.async group, one element per thread: request t is sample t % 16 of plane t / 16, so the 16 of a plane
+    // come from 16 lanes of one warp, which combine them after the GEMM (each lane waits for its own request, then
+    // a warp barrier). One thread requesting all 16 of a plane held its warp back (results/model_b/NOTES.md).
     const auto request_shift_elements = [&](int64_t n) {
-        for (int ci = threadIdx.x; ci < p.c_in; ci += kThreads) {
-            const float* plane = input_plane(p, n, ci);
-#pragma unroll
-            for (int j = 0; j < kShiftSamples; ++j)
-                cp_async_4(shift_elements + kShiftSamples * ci + j, plane + shift_sample_offset(j, p.h, p.w), 4);
+        for (int t = threadIdx.x; t < kShiftSamples * p.c_in; t += kThreads) {
+            const int ci = t / kShiftSamples, j = t % kShiftSamples;
+            cp_async_4(shift_elements + t, input_plane(p, n, ci) + shift_sample_offset(j, p.h, p.w), 4);
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
@@ -1282,10 +1281,10 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         if (SPLIT3 && has_next) {
             if (WGMMA && !bulk) cp_async_wait<1>();
             else cp_async_wait<0>();
+            __syncwarp();  // each lane waited for its own request; this shows them to the warp's other lanes
             float* slot = shifts + ((iter + 1) & 1) * p.c_in;
-            for (int ci = tid; ci < p.c_in; ci += kThreads) {
-                slot[ci] = input_shift_of(shift_elements + kShiftSamples * ci);
-            }
+            for (int t = tid; t < kShiftSamples * p.c_in; t += kThreads)
+                if (t % kShiftSamples == 0) slot[t / kShiftSamples] = input_shift_of(shift_elements + t);
         }
 
         // 3. Statistics per warp, from the registers and without a barrier (warp_statistics): each warp
@@ -1442,9 +1441,9 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     };
     // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
     // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
-    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. (Loading lane
-    // ci's 16 samples before the first loop, to hide their latency under its own, took 102 registers instead of 64
-    // in one build; the three elements of the rule before were loaded so.)
+    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. The samples are
+    // loaded where r is needed, one round trip (loading them before the first loop, to hide that under its own,
+    // took 102 registers instead of 64; asking L2 for them there gained nothing: results/model_b/NOTES.md).
     // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
     // that owns c.
     const int warp = tid >> 5, lane = tid & 31;
