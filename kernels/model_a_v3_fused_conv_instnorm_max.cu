@@ -347,8 +347,8 @@ __device__ __forceinline__ int f16_scale_exponent(float m) {
 // data (results/model_a/NOTES.md). With 12 of 16 spread samples near r, most of the plane is within [r/2, 3r/2],
 // where |x - r| <= |x|; the rest can be anywhere, as the samples cannot see it.
 // Every CTA of a cluster computes the same value from the same elements.
-// In two parts: the samples, and r from them (the kernel copies the next sample's into shared memory with
-// cp.async during this sample's GEMM, so that no warp waits on their loads).
+// In two parts: the samples, and r from them (the kernel copies them into shared memory with cp.async, the first
+// sample's with the weights and the next sample's during this sample's GEMM, so that no warp waits on their loads).
 constexpr int kShiftSamples = 16;
 constexpr int kShiftMajority = 12;
 __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, int rows, int cols) {
@@ -358,7 +358,7 @@ __host__ __device__ __forceinline__ int shift_sample_offset(int j, int depth, in
     return static_cast<int>((d * rows + y) * cols + x);  // < depth * rows * cols < 2^31
 }
 // The rule over samples sample(0..15): the candidate from three, then one pass for finiteness and agreement.
-// Unrolled, so that from global memory all 16 loads are in flight at once (results/model_a/NOTES.md).
+// Its callers read the samples from shared memory (cp.async), or on the host from a list.
 template <class Sample>
 __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
     const float a = sample(5), b = sample(6), c = sample(9);
@@ -376,9 +376,6 @@ __host__ __device__ __forceinline__ float input_shift_from(Sample sample) {
 }
 __host__ __device__ __forceinline__ float input_shift_of(const float* e) {  // e[kShiftSamples]: shared memory,
     return input_shift_from([e](int j) { return e[j]; });                    // or the host (input_shift_rule)
-}
-__device__ __forceinline__ float input_shift(const float* plane, int depth, int rows, int cols) {
-    return input_shift_from([=](int j) { return __ldg(plane + shift_sample_offset(j, depth, rows, cols)); });
 }
 // The split of two scaled values into (hi, lo) FP16 pairs: lo = v - hi is exact in float, then rounded.
 __device__ __forceinline__ void split_f16(float v0, float v1, uint32_t& hi, uint32_t& lo) {
@@ -752,9 +749,16 @@ fused_conv_instnorm_max_kernel(const Params p) {
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // waited on before the first push
     copy_box(first, 0);
-    if constexpr (SPLIT3)  // the first sample's r(n, ci) (the barrier at the end of step 1 orders it before use)
-        for (int ci = tid; ci < p.c_in; ci += threads)
-            shifts[ci] = input_shift(p.x + (first * p.c_in + ci) * static_cast<int64_t>(p.plane), p.d, p.h, p.w);
+    //    fp32 mode: the first sample's kShiftSamples elements per plane (input_shift), requested as the next
+    //    samples' are (step 2) and in the weights' cp.async group below; combined after the weights' wait. (Loaded
+    //    and combined here, they held warp 0, and with it the CTA, for a global-memory round trip: see
+    //    results/model_a/NOTES.md.)
+    if constexpr (SPLIT3)
+        for (int t = tid; t < kShiftSamples * p.c_in; t += threads) {
+            const int ci = t / kShiftSamples, j = t % kShiftSamples;
+            const float* plane = p.x + (first * p.c_in + ci) * static_cast<int64_t>(p.plane);
+            cp_async_4(shift_elements + t, plane + shift_sample_offset(j, p.d, p.h, p.w), 4);
+        }
     //    Weight fragments, step 1 of 2: each thread requests the raw weights of its fragments (taps k0 and k0 + 4
     //    of channel co for each k8 step of the fragment) into the fragment's slot with 4-byte cp.async,
     //    zero-filled where it pads past C_out or K. All of a thread's loads are in flight at once, where a load
@@ -829,6 +833,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
     //    box, which the GEMM needs next anyway).
     cp_async_wait_all();
     if constexpr (SPLIT3) {
+        // The first sample's r(n, ci), by the lanes that requested its samples (the barrier at the end of step 1
+        // orders it before use).
+        __syncwarp();
+        for (int t = tid; t < kShiftSamples * p.c_in; t += threads)
+            if (t % kShiftSamples == 0) shifts[t / kShiftSamples] = input_shift_of(shift_elements + t);
         // Scaled by 2^weight_exponent[co] (exact) and split into FP16 (hi, lo) pairs in place: (hi of k8 steps 2s,
         // 2s + 1, lo of the same).
         for (int i = tid; i < fragments; i += threads) {
