@@ -1081,7 +1081,18 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         }
         fence_proxy_async();  // the zeros before the bulk copies' writes
     }
-    if (bulk || WGMMA) __syncthreads();
+    if constexpr (SPLIT3) {  // the first unit's r(n, ci): the barrier below (or step 1's) orders it before the use
+        for (int ci = tid; ci < p.c_in; ci += kThreads) shifts[ci] = input_shift(p, pos.n, ci);
+        for (int i = tid; i < NCH * p.c_in; i += kThreads) {
+            const int co = co0 + i % NCH, ci = i / NCH;
+            float sum = 0.f;
+            if (co < p.c_out)
+                for (int tap = 0; tap < p.kh * p.kw; ++tap)
+                    sum += __ldg(p.weight + (static_cast<int64_t>(co) * p.c_in + ci) * p.kh * p.kw + tap);
+            weight_sums[i] = co < p.c_out ? pooling_sign(p, co) * sum : 0.f;
+        }
+    }
+    if (bulk || WGMMA || SPLIT3) __syncthreads();
     start_box(p, boxes, box_landed, bulk, 0, pos);
     // Once per CTA: the statistics' shifts, the weight fragments (negated for channels that pool by min)
     // and the tap offsets.
@@ -1134,21 +1145,6 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
             }
         }
         taps[i] = make_int2(off[0], off[1]);
-    }
-    // fp32 mode: the first unit's r(n, ci), and the chunk's weight sums; the barrier orders them before their use.
-    // (Computed before the first box's copy was requested, their global-memory round trips delayed it:
-    // results/model_b/NOTES.md.)
-    if constexpr (SPLIT3) {
-        for (int ci = tid; ci < p.c_in; ci += kThreads) shifts[ci] = input_shift(p, pos.n, ci);
-        for (int i = tid; i < NCH * p.c_in; i += kThreads) {
-            const int co = co0 + i % NCH, ci = i / NCH;
-            float sum = 0.f;
-            if (co < p.c_out)
-                for (int tap = 0; tap < p.kh * p.kw; ++tap)
-                    sum += __ldg(p.weight + (static_cast<int64_t>(co) * p.c_in + ci) * p.kh * p.kw + tap);
-            weight_sums[i] = co < p.c_out ? pooling_sign(p, co) * sum : 0.f;
-        }
-        __syncthreads();
     }
 
     // The positions that count in a full tile (all R x TX positions inside the conv output), once per CTA.
