@@ -212,11 +212,16 @@ class ModelNew(nn.Module):
     (sm_90a build, C_out > 16, box row stride a multiple of 4, at most 128 k-steps), in both modes;
     False keeps the ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to
     rounding.
+    ``by_phase`` (keyword, default True): in the TF32 mode, v3 runs the by-phase kernel where its plan
+    allows it (sm_90a, pool 4, W = 128, a 3 x 3 kernel over at most 8 input channels, 33 to 64 output
+    channels: the KernelBench shape family): output channels on ``wgmma``'s M and one warpgroup per
+    phase (column mod 4), all channels of a tile in one CTA. False keeps the 32-channel chunks, for
+    comparison. The outputs agree to rounding.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,
                  clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v3",
-                 wgmma: bool = True):
+                 wgmma: bool = True, by_phase: bool = True):
         super().__init__()
         if tuple(scale_shape) != (out_channels, 1, 1):
             raise ValueError(f"ModelNew: scale_shape must be (out_channels, 1, 1) = ({out_channels}, 1, 1), "
@@ -234,6 +239,7 @@ class ModelNew(nn.Module):
         self.allow_tf32 = bool(allow_tf32)
         self.variant = variant
         self.wgmma = bool(wgmma)
+        self.by_phase = bool(by_phase)
 
     def path(self, x: torch.Tensor) -> str:
         """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
@@ -291,4 +297,4 @@ class ModelNew(nn.Module):
                               device=x.device, dtype=x.dtype)
         return _load_extension(KERNEL_V3).forward(
             x, weight, bias, gamma, beta, scale, self.group_norm.num_groups, self.pool, self.clamp_min,
-            self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out, self.wgmma)
+            self.clamp_max, float(self.group_norm.eps), self.allow_tf32, out, self.wgmma, self.by_phase)

@@ -77,6 +77,11 @@
 //   channel, sm_90, whole input rows, W % 4 = 0, x 16-byte aligned) or else by cp.async with zeros outside
 //   the input; the stage (x-pooled values of all channels, or 8 raw channels).
 //   The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
+//   The by-phase plan (TF32 mode only, the KernelBench shape family: sm_90a, P = 4, W = 128, 3 x 3 taps over
+//   C_in <= 8, 33 <= C_out <= 64; conv_stats_pool_by_phase_kernel) transposes the GEMM: M = the 64 output
+//   channels (the weights), N = the 128 positions of one phase (column mod 4) of a 4-row tile, one warpgroup per
+//   phase, a CTA of 4 warpgroups per tile and SM. One copy and relay of each box feeds all channels; a window's 4
+//   rows are in a lane's registers and its 4 columns are the 4 phases, which meet in shared memory.
 //
 // Shapes and layouts
 //   x       : (N, C_in, H, W) float32, contiguous (NCHW), CUDA
@@ -102,9 +107,10 @@
 //   for their own arch, e.g. compute_80/sm_80, which uses mma.sync)
 //   ext.unsupported_reason(h, w, batch, c_in, c_out, kh, kw, pool, device) -> "" when v3 applies
 //   ext.forward(x, weight, bias, gamma, beta, scale, groups, pool, clamp_min, clamp_max, eps,
-//               allow_tf32, out, wgmma=True) -> out   (wgmma=False keeps mma.sync, for comparison)
-//   ext.plan_info(h, w, batch, c_in, c_out, kh, kw, pool, allow_tf32, device, wgmma=True) -> the tiling
-//       forward uses, and whether its GEMM runs on wgmma
+//               allow_tf32, out, wgmma=True, by_phase=True) -> out   (wgmma=False keeps mma.sync, by_phase=False
+//               the 32-channel chunks, for comparison)
+//   ext.plan_info(h, w, batch, c_in, c_out, kh, kw, pool, allow_tf32, device, wgmma=True, by_phase=True) -> the
+//       tiling forward uses, whether its GEMM runs on wgmma, and whether it is the by-phase plan
 //   ext.shift_samples(rows, cols) -> the flat offsets of input_shift's 16 samples in a plane; and
 //   ext.input_shift_rule(samples) -> the r those samples give (the fp32 mode's rule, run on the host)
 
@@ -330,9 +336,9 @@ __device__ __forceinline__ void wgmma_tf32_ss(float (&d)[4][4], uint32_t a_desc_
             "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, ad, bd, p, 1, 1;\n}\n"
             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-              "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-              "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-              "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
             : "r"(a_desc_low), "r"(b_desc_low), "n"(kQuadDescHigh), "n"(kWeightDescHigh));
     } else {
         asm volatile(
@@ -364,6 +370,38 @@ __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[4][4], const uint32_t (
           "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_desc_low), "n"(kWeightDescHigh),
           "n"(ACCUMULATE ? 1 : 0));
+}
+
+// The by-phase kernel's product (TF32 mode): D[64 channels][128 positions] (+)= A[64][8] * B[8][128], A the weights
+// (descriptor as the chunked kernel's B: LBO 128 bytes, SBO 256), B the relaid box (as its A: SBO 128 bytes). Per
+// warp, d[j][0..3] are rows (16 warp + g, 16 warp + g + 8) x columns (8 j + 2 t, 8 j + 2 t + 1), as mma.m16n8k8's D.
+template <bool ACCUMULATE>
+__device__ __forceinline__ void wgmma_m64n128_tf32_ss(float (&d)[16][4], uint32_t a_desc_low, uint32_t b_desc_low) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %68, 0;\n"
+        "mov.b64 ad, {%64, %66};\nmov.b64 bd, {%65, %67};\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, ad, bd, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a_desc_low), "r"(b_desc_low), "n"(kWeightDescHigh), "n"(kQuadDescHigh), "n"(ACCUMULATE ? 1 : 0));
 }
 
 // x as a warp-uniform value, so that the descriptors computed from it may live in uniform registers (the
@@ -1400,6 +1438,327 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Kernel 1, by-phase plan: output channels as wgmma's M, one warpgroup per phase (TF32 mode)
+// ---------------------------------------------------------------------------------------------
+// The plan for the KernelBench shape family in the TF32 mode (make_plan: sm_90a, P = 4, whole input rows of
+// W = 128, kernel 3 x 3, C_in <= 8, 32 < C_out <= 64). The chunked kernel above puts positions on the GEMM's M
+// and 32 channels on N, so two CTAs per tile each copy, relay and multiply the same input box. Here the GEMM is
+// transposed: M = the 64 output channels (the weights, wgmma's A, from shared memory), N = 128 positions, K as
+// before. A CTA of 4 warpgroups (512 threads, one CTA per SM, persistent) takes a whole tile (4 conv rows x 128
+// box columns, all channels); warpgroup v takes the positions of phase v (column x = 4 xq + v), which in the
+// relaid box are 128 consecutive words (u = 32 r + xq): one m64n128k8 wgmma per k-step, B the relaid box at
+// Params::wgmma_taps' offset of phase v, as the chunked kernel's A is.
+//   A lane (warp w of its warpgroup, g = lane / 4, t = lane % 4) then holds channels 16 w + g and 16 w + g + 8, and
+// for each the conv rows r = 0..3 at x-quads xq = 8 jj + 2 t + e (jj = 0..3, e = 0, 1): acc[4 r + jj][2 h + e].
+// So a pooling window's 4 rows are in the lane's registers (3 max per pooled value) and its 4 columns are the 4
+// phases, which meet in a staged [phase][channel][xq] array behind the tile's one barrier. The statistics are
+// shifted sums per lane (as the chunked kernel's, shifted by the CTA's mean of that channel two tiles back), reduced
+// over the 4 lanes of a quad and merged over the 4 phases after the barrier into the same (mean, M2) per (sample,
+// tile, channel) that kernel 2 reads. Measured on an H100 (results/model_b/NOTES.md): 0.143 ms against the chunked
+// kernel's 0.191 ms for the TF32 model at the KernelBench size.
+constexpr int kPhaseThreads = 512;                       // 4 warpgroups
+constexpr int kPhaseKsteps = 9;                          // 3 x 3 taps x one k8 slice (C_in <= 8)
+constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
+                                                         // the lanes' 8-byte stores fall in distinct banks
+constexpr int kPhaseStagePlane = 64 * kPhaseStageStride; // floats per phase of the stage
+
+#if defined(MODEL_B_WGMMA)
+// Sums of (y - c) and (y - c)^2 of the lane's two channels (h = 0: row g, h = 1: row g + 8; s = {d1, d2} per h)
+// over its values in conv rows r < rows_valid and x-quads whose bit (2 jj + e) is set in colmask (any tile).
+__device__ __forceinline__ void phase_lane_sums(const float (&acc)[16][4], int rows_valid, uint32_t colmask, float c0,
+                                                float c1, float (&s)[4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float c = h ? c1 : c0;
+        float d1 = 0.f, d2 = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            if (r < rows_valid)
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (colmask >> (2 * jj + e) & 1u) {
+                            const float d = acc[4 * r + jj][2 * h + e] - c;
+                            d1 += d;
+                            d2 = fmaf(d, d, d2);
+                        }
+        s[2 * h] = d1;
+        s[2 * h + 1] = d2;
+    }
+}
+// The plain sums of the same values (the second pass's centre).
+__device__ __forceinline__ void phase_lane_plain_sums(const float (&acc)[16][4], int rows_valid, uint32_t colmask,
+                                                      float (&s)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            if (r < rows_valid)
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (colmask >> (2 * jj + e) & 1u) sum += acc[4 * r + jj][2 * h + e];
+        s[h] = sum;
+    }
+}
+#endif
+
+__global__ void __launch_bounds__(kPhaseThreads, 1)
+conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
+#if defined(MODEL_B_WGMMA)
+    // Shared memory: the weights as wgmma's A core matrices per k-step ([8 channel groups][2 k halves][8][4],
+    // 2 KB, TF32), one raw box (the bulk copies land there), two relaid boxes (this tile's, read by wgmma, and the
+    // next one's, written by the relay meanwhile), two stages (this tile's y-pooled values; the last tile's are
+    // read after the barrier).
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* weights = reinterpret_cast<float*>(smem);
+    float* raw = weights + kPhaseKsteps * 512;
+    const int quad_floats = 16 * p.quad_groups * p.quad_plane_units;
+    float* quads = raw + p.c_in * p.box_pitch;
+    float* stage = quads + 2 * quad_floats;
+    __shared__ float4 phase_stats[2][4][64];  // per tile parity, phase and channel: (centre, mean - centre, M2, count)
+    __shared__ float tile_shift[2][64];       // per tile parity and channel: the statistics' shift
+    __shared__ __align__(8) uint64_t box_landed;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int v = static_cast<int>(warp_uniform(static_cast<uint32_t>(warp >> 2)));  // the warpgroup's phase
+    const int w = warp & 3;
+    const unsigned batch = static_cast<unsigned>(p.batch);
+    UnitPos pos = unit_position(p, static_cast<int>(blockIdx.x));
+    if (pos.n >= batch) return;
+
+    // The boxes start zero (words past the copied rows feed only dropped positions); the first box's copy starts
+    // before the weights are set up, which it hides.
+    for (int i = tid; i < p.c_in * p.box_pitch + 2 * quad_floats; i += kPhaseThreads) raw[i] = 0.f;
+    if (tid == 0) mbarrier_init(&box_landed);
+    fence_proxy_async();
+    __syncthreads();
+    load_box_bulk(p, raw, &box_landed, pos.n, pos.ty);
+    {
+        const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw;
+        for (int i = tid; i < kPhaseKsteps * 512; i += kPhaseThreads) {
+            const int s = i >> 9, c = (i >> 3) & 63, k = i & 7;
+            const int tap = s / quads8, ci = 8 * (s - tap * quads8) + k;
+            const float wv = (c < p.c_out && ci < p.c_in)
+                                 ? pooling_sign(p, c) * __ldg(p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * kk + tap)
+                                 : 0.f;
+            weights[s * 512 + ((c >> 3) * 2 + (k >> 2)) * 32 + (c & 7) * 4 + (k & 3)] = tf32_value(wv);
+        }
+    }
+    if (tid < 64) tile_shift[0][tid] = tile_shift[1][tid] = 0.f;
+    fence_proxy_async();  // the weights before wgmma reads them (the barrier after the first relay orders them)
+
+    // The lane's x-quads inside the conv output: bit 2 jj + e for xq = 8 jj + 2 t + e, x = 4 xq + v < Wo. At W = 128
+    // the blocks jj < 3 are inside for every lane (x <= 95); only jj = 3 needs the mask on a full tile.
+    uint32_t colmask = 0;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            if (4 * (8 * jj + 2 * t + e) + v < p.wo) colmask |= 1u << (2 * jj + e);
+    const bool last_inside0 = (colmask >> 6) & 1u, last_inside1 = (colmask >> 7) & 1u;
+    const bool front_inside = p.wo > 95;
+    const int phase_cols = min(32, max(0, (p.wo - v + 3) / 4));  // x-quads of phase v inside the conv output
+
+    // The relay (relay_box's layout) with one item per thread: channel quad my_quad, 16-byte word my_word.
+    const int relay_words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);
+    const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
+    const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
+    const int plane = p.quad_plane_units;
+    const auto relay = [&](float* dst_box) {
+        if (tid >= relay_items) return;
+        const float* src = raw + 4 * my_quad * p.box_pitch + 4 * my_word;
+        float4 c[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            c[k] = 4 * my_quad + k < p.c_in ? *reinterpret_cast<const float4*>(src + k * p.box_pitch)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+            c[k] = make_float4(tf32_round(c[k].x), tf32_round(c[k].y), tf32_round(c[k].z), tf32_round(c[k].w));
+        }
+        float4* dst = reinterpret_cast<float4*>(dst_box) + 4 * my_quad * plane + my_word;
+        dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+        dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+        dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+        dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+    };
+
+    mbarrier_wait(&box_landed, 0);
+    relay(quads);
+    fence_proxy_async();
+    __syncthreads();
+    {
+        const UnitPos second = advance(p, pos);
+        if (second.n < batch) load_box_bulk(p, raw, &box_landed, second.n, second.ty);
+    }
+    const uint32_t w_low = weight_descriptor_low(weights);
+    const uint32_t q_low = ((smem_address(quads) & 0x3ffff) >> 4) | (static_cast<uint32_t>(4 * plane) << 16);
+    const int* taps = reinterpret_cast<const int*>(p.wgmma_taps);  // [k-step][phase]
+    const uint64_t keep = l2_policy_evict_last();
+    const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
+    const int tiles = p.tiles_y;
+
+    // Per tile: (1) the GEMM issued, (2) meanwhile the next box relaid into the other relaid buffer, (3) the
+    // statistics and the y pooling from registers, the tile's one barrier, then (4) the next-but-one box's copy
+    // started, the phases' statistics merged and the x pooling stored.
+    for (int iter = 0; pos.n < batch; ++iter) {
+        const UnitPos next = advance(p, pos);
+        const bool has_next = next.n < batch;
+        const int buf = iter & 1;
+        const int64_t n = pos.n;
+        const int ty = pos.ty;
+
+        float acc[16][4];
+        const uint32_t qb = warp_uniform(q_low + static_cast<uint32_t>(buf * (quad_floats / 4)));
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < kPhaseKsteps; ++s) {
+            const uint32_t b = qb + static_cast<uint32_t>(taps[4 * s + v]);
+            if (s == 0) wgmma_m64n128_tf32_ss<false>(acc, w_low + s * 128, b);
+            else wgmma_m64n128_tf32_ss<true>(acc, w_low + s * 128, b);
+        }
+        wgmma_commit();
+        if (has_next) {
+            mbarrier_wait(&box_landed, (iter + 1) & 1);
+            relay(quads + (buf ^ 1) * quad_floats);
+            fence_proxy_async();
+        }
+        wgmma_wait<0>();
+
+        // Statistics of the lane's two channels, shifted by c (one pass; a second one about the warp's own mean
+        // where c is more than a standard deviation off or the sums are not finite), reduced over the quad's 4
+        // lanes transposed: lane t ends with moment t >> 1 of channel row g + 8 (t & 1).
+        const int rows_valid = tile_rows_valid(p, ty);
+        const float count = static_cast<float>(rows_valid * phase_cols);
+        const float inv_count = 1.f / count;
+        float c0 = tile_shift[buf][16 * w + g], c1 = tile_shift[buf][16 * w + g + 8];
+        const bool up1 = t & 1, up2 = (t & 2) != 0;
+        const auto reduce_quad = [&](const float (&s)[4]) {
+            float k0 = up1 ? s[2] : s[0], k1 = up1 ? s[3] : s[1];
+            k0 += __shfl_xor_sync(0xffffffffu, up1 ? s[0] : s[2], 1);
+            k1 += __shfl_xor_sync(0xffffffffu, up1 ? s[1] : s[3], 1);
+            return (up2 ? k1 : k0) + __shfl_xor_sync(0xffffffffu, up2 ? k0 : k1, 2);
+        };
+        const bool full_tile = front_inside && rows_valid == 4;  // uniform
+        const auto lane_sums = [&](float c0_, float c1_, float (&s)[4]) {
+            if (!full_tile) {
+                phase_lane_sums(acc, rows_valid, colmask, c0_, c1_, s);
+                return;
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float c = h ? c1_ : c0_;
+                float a1 = 0.f, a2 = 0.f, b1 = 0.f, b2 = 0.f;  // two chains each, for latency
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            float y = acc[4 * r + jj][2 * h + e];
+                            if (jj == 3) y = (e ? last_inside1 : last_inside0) ? y : c;  // outside: d = 0
+                            const float d = y - c;
+                            if (r & 1) { a1 += d; a2 = fmaf(d, d, a2); }
+                            else { b1 += d; b2 = fmaf(d, d, b2); }
+                        }
+                s[2 * h] = a1 + b1;
+                s[2 * h + 1] = a2 + b2;
+            }
+        };
+        float sums[4];
+        lane_sums(c0, c1, sums);
+        float mine = reduce_quad(sums), other = __shfl_xor_sync(0xffffffffu, mine, 2);
+        float d1 = up2 ? other : mine, d2 = up2 ? mine : other;
+        if (__any_sync(0xffffffffu, !(2.f * d1 * d1 <= count * d2) || !isfinite(d2))) {
+            float plain[2];
+            phase_lane_plain_sums(acc, rows_valid, colmask, plain);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                plain[h] += __shfl_xor_sync(0xffffffffu, plain[h], 1);
+                plain[h] += __shfl_xor_sync(0xffffffffu, plain[h], 2);
+            }
+            c0 = plain[0] * inv_count;
+            c1 = plain[1] * inv_count;
+            lane_sums(c0, c1, sums);
+            mine = reduce_quad(sums);
+            other = __shfl_xor_sync(0xffffffffu, mine, 2);
+            d1 = up2 ? other : mine;
+            d2 = up2 ? mine : other;
+        }
+        if (!up2) {
+            const float m1 = d1 * inv_count;
+            phase_stats[buf][v][16 * w + g + 8 * (t & 1)] = make_float4(up1 ? c1 : c0, m1, fmaf(-d1, m1, d2), count);
+        }
+
+        // Pooling along y in registers (the tile is one row of windows), to stage[buf][v][channel][xq].
+        const int py = ty;
+        if (py < p.hp) {
+            float* st = stage + buf * 4 * kPhaseStagePlane + v * kPhaseStagePlane + (16 * w + g) * kPhaseStageStride + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    float q[2];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        q[e] = pool_fold(pool_fold(acc[jj][2 * h + e], acc[4 + jj][2 * h + e]),
+                                         pool_fold(acc[8 + jj][2 * h + e], acc[12 + jj][2 * h + e]));
+                    *reinterpret_cast<float2*>(st + 8 * h * kPhaseStageStride + 8 * jj) = make_float2(q[0], q[1]);
+                }
+        }
+        __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the raw box free
+
+        {
+            const UnitPos after_next = advance(p, next);
+            if (has_next && after_next.n < batch) load_box_bulk(p, raw, &box_landed, after_next.n, after_next.ty);
+        }
+        // The 4 phases' statistics of a channel merged (as the chunked kernel merges its warps); the mean is the
+        // shift of the tile two ahead (this tile parity's slot, read again after the next barrier).
+        if (tid < 64 && tid < p.c_out) {
+            const float c_first = phase_stats[buf][0][tid].x;
+            float moment = 0.f, m2 = 0.f, total = 0.f;
+#pragma unroll
+            for (int ph = 0; ph < 4; ++ph) {
+                const float4 f = phase_stats[buf][ph][tid];
+                moment = fmaf(f.w, (f.x - c_first) + f.y, moment);
+                m2 += f.z;
+                total += f.w;
+            }
+            const float mean_delta = moment / total;
+#pragma unroll
+            for (int ph = 0; ph < 4; ++ph) {
+                const float4 f = phase_stats[buf][ph][tid];
+                const float d = ((f.x - c_first) + f.y) - mean_delta;
+                m2 = fmaf(f.w * d, d, m2);
+            }
+            p.stats[(n * tiles + ty) * p.c_out + tid] =
+                make_double2(static_cast<double>(c_first) + mean_delta, fmaxf(m2, 0.f));
+            const float centre = c_first + mean_delta;
+            tile_shift[buf][tid] = isfinite(centre) ? centre : 0.f;
+        }
+        // Pooling along x: the max over the 4 phases; warp w stores channels w, w + 16, ... (lane = xq).
+        if (py < p.hp && lane < p.wp) {
+            const float* e = stage + buf * 4 * kPhaseStagePlane + warp * kPhaseStageStride + lane;
+            float* o = p.out + ((n * p.c_out + warp) * p.hp + py) * p.wp + lane;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (warp + 16 * k < p.c_out)
+                    store_with_policy(o, pool_fold(pool_fold(e[0], e[kPhaseStagePlane]),
+                                                   pool_fold(e[2 * kPhaseStagePlane], e[3 * kPhaseStagePlane])), keep);
+                e += 16 * kPhaseStageStride;
+                o += 16 * out_plane;
+            }
+        }
+        pos = next;
+    }
+#else
+    __trap();  // the host launches it only where the build has wgmma (make_plan)
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kernel 2: merge the statistics per (sample, group), then out = clamp(a * (Q - mu) + beta * scale)
 // ---------------------------------------------------------------------------------------------
 // Sum of v over the block, returned to every thread; `scratch` holds one double per warp (one barrier).
@@ -1582,15 +1941,25 @@ struct Plan {
     int nt = 4;
     bool wgmma = false;  // the GEMM on wgmma from the relaid box
     size_t smem_bytes = 0;
+    bool by_phase = false;  // the TF32 mode's by-phase kernel applies (where x is 16-byte aligned)
+    size_t phase_smem_bytes = 0;
     std::string problem;  // empty when v3 applies
 };
+
+// The by-phase kernel's dynamic shared memory: the weights (kPhaseKsteps k8 chunks of 64 channels), one raw box,
+// two relaid boxes, two stages. Its static shared memory (under kPhaseStaticSmem) comes off the opt-in limit.
+constexpr int kPhaseStaticSmem = 9216;
+inline size_t phase_smem_bytes(int64_t c_in, int64_t pitch, int64_t quad_groups, int64_t plane_units) {
+    return static_cast<size_t>(kPhaseKsteps * 512 + c_in * pitch + 2 * 16 * quad_groups * plane_units +
+                               2 * 4 * kPhaseStagePlane) * sizeof(float);
+}
 
 // Everything but the pointers, from the sizes; `problem` says why v3 does not apply. The shared-memory
 // check uses the fp32 mode's (larger) footprint, so the envelope does not depend on allow_tf32. The GEMM runs
 // on wgmma from the relaid box (plan.wgmma) where allowed, the build has wgmma (sm_90a), the chunks are 32
 // channels, BS % 4 == 0, at most kMaxWgmmaSteps k-steps and its footprint fits; else on mma.sync.
 Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, int64_t kw, int64_t pool, int device,
-               bool split3, bool allow_wgmma = true) {
+               bool split3, bool allow_wgmma = true, bool allow_by_phase = true) {
     Plan plan;
     const DeviceLimits& limits = device_limits(device);
     auto refuse = [&](std::string why) {
@@ -1697,6 +2066,17 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
                 off[v] = static_cast<int>((8 * q + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4);
             P.wgmma_taps[s] = make_int4(off[0], off[1], off[2], off[3]);
         }
+        // The TF32 mode's by-phase kernel (conv_stats_pool_by_phase_kernel) for its shape family: 4 conv rows of
+        // whole 128-wide input rows per tile (N = 128 positions per phase), windows of 4 (the phases), 3 x 3 taps
+        // over at most 8 input channels (9 k-steps; the relay one 16-byte item per thread), 33..64 output channels
+        // (one m64; fewer run the 32-channel chunks, which waste less), TMA bulk copies.
+        const size_t phase_bytes = phase_smem_bytes(c_in, pitch, quad_groups, plane_units);
+        if (allow_by_phase && !split3 && pool == 4 && whole_rows && w == 128 && kh == 3 && kw == 3 && c_in <= 8 &&
+            c_out > 32 && c_out <= 64 && rows == 4 && ksteps_ss == kPhaseKsteps && P.bulk_copy &&
+            static_cast<int64_t>(phase_bytes) <= limits.smem_optin - kPhaseStaticSmem) {
+            plan.by_phase = true;
+            plan.phase_smem_bytes = phase_bytes;
+        }
     }
     return plan;
 }
@@ -1736,6 +2116,29 @@ int resident_ctas(KernelFn kernel, int device, size_t smem) {
     return it->second;
 }
 
+// CTAs of the by-phase kernel that fit on the device at once (one per SM at the KernelBench size), after raising
+// its dynamic shared-memory limit; cached per (device, smem).
+int phase_resident_ctas(int device, size_t smem) {
+    static std::mutex mutex;
+    static std::map<std::pair<int, size_t>, int> cache;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(device, smem);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+        cudaFuncAttributes attributes{};
+        C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, conv_stats_pool_by_phase_kernel));
+        C10_CUDA_CHECK(cudaFuncSetAttribute(conv_stats_pool_by_phase_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes)));
+        int per_sm = 0;
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_stats_pool_by_phase_kernel,
+                                                                     kPhaseThreads, smem));
+        TORCH_CHECK(per_sm >= 1, "forward: the by-phase kernel cannot be resident with ", std::to_string(smem),
+                    " bytes of shared memory on this GPU");
+        it = cache.emplace(key, per_sm * device_limits(device).sms).first;
+    }
+    return it->second;
+}
+
 // CTAs of the persistent grid: a multiple of the channel chunks, at most one per (unit, chunk).
 int64_t grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
     const Params& P = plan.params;
@@ -1764,7 +2167,7 @@ void check_operand(const char* name, const torch::Tensor& t, const torch::Tensor
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& gamma, const torch::Tensor& beta, const torch::Tensor& scale,
                       int64_t groups, int64_t pool, double clamp_min, double clamp_max, double eps,
-                      bool allow_tf32, torch::Tensor out, bool wgmma) {
+                      bool allow_tf32, torch::Tensor out, bool wgmma, bool by_phase) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ", c10::toString(x.scalar_type()));
     TORCH_CHECK(x.dim() == 4, "forward: x must be 4-D (N, C_in, H, W), got shape ", str_of(x.sizes()));
@@ -1789,7 +2192,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     const bool split3 = !allow_tf32;
-    Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3, wgmma);
+    Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3, wgmma, by_phase);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     Params& P = plan.params;
     TORCH_CHECK(out.dim() == 4 && out.size(0) == N && out.size(1) == c_out && out.size(2) == P.hp &&
@@ -1816,13 +2219,19 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
-    const int64_t ctas = grid_ctas(plan, N, split3, device);
+    const bool phases = plan.by_phase && P.bulk_copy;  // (bulk copies need x 16-byte aligned)
+    if (phases) P.chunks = 1;                           // a CTA takes all channels of a tile
     const int64_t tiles_per_sample = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
+    const int64_t ctas = phases ? std::min<int64_t>(N * tiles_per_sample, phase_resident_ctas(device, plan.phase_smem_bytes))
+                                : grid_ctas(plan, N, split3, device);
     const int64_t unit_stride = ctas / P.chunks, stride_tile = unit_stride % tiles_per_sample;
     P.step_n = static_cast<int>(unit_stride / tiles_per_sample);
     P.step_ty = static_cast<int>(stride_tile / P.tiles_x);
     P.step_tx = static_cast<int>(stride_tile % P.tiles_x);
-    kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
+    if (phases)
+        conv_stats_pool_by_phase_kernel<<<static_cast<unsigned>(ctas), kPhaseThreads, plan.phase_smem_bytes, stream>>>(P);
+    else
+        kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     affine_clamp_kernel<<<static_cast<unsigned>(N * groups), kFinalThreads, coef_bytes, stream>>>(
         P, bias.data_ptr<float>(), beta.data_ptr<float>(), static_cast<int>(groups), static_cast<float>(eps),
@@ -1833,18 +2242,28 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 
 // The plan's choices, for notebooks and tests.
 std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, int64_t c_in, int64_t c_out, int64_t kh,
-                                          int64_t kw, int64_t pool, bool allow_tf32, int64_t device, bool wgmma) {
+                                          int64_t kw, int64_t pool, bool allow_tf32, int64_t device, bool wgmma,
+                                          bool by_phase) {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
-    const Plan plan = make_plan(h, w, c_in, c_out, kh, kw, pool, static_cast<int>(device), !allow_tf32, wgmma);
+    const Plan plan = make_plan(h, w, c_in, c_out, kh, kw, pool, static_cast<int>(device), !allow_tf32, wgmma,
+                                by_phase);
     TORCH_CHECK(plan.problem.empty(), "plan_info: outside v3's envelope: ", plan.problem);
     const Params& P = plan.params;
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
+    if (plan.by_phase)  // (for a 16-byte aligned x, as PyTorch allocates it)
+        return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
+                {"tiles_per_sample", tiles}, {"channel_chunks", 1}, {"n_tiles", 8}, {"k_steps", P.ksteps},
+                {"smem_bytes", static_cast<int64_t>(plan.phase_smem_bytes)}, {"pool_in_registers", 1},
+                {"bulk_copy", 1},
+                {"ctas", std::min<int64_t>(batch * tiles, phase_resident_ctas(static_cast<int>(device),
+                                                                               plan.phase_smem_bytes))},
+                {"gemm_rows_per_cta", kRows}, {"wgmma", 1}, {"by_phase", 1}};
     return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
             {"tiles_per_sample", tiles}, {"channel_chunks", P.chunks}, {"n_tiles", plan.nt},
             {"k_steps", P.ksteps}, {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)},
             {"pool_in_registers", P.pool_in_registers}, {"bulk_copy", P.bulk_copy},
             {"ctas", grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))}, {"gemm_rows_per_cta", kRows},
-            {"wgmma", plan.wgmma ? 1 : 0}};
+            {"wgmma", plan.wgmma ? 1 : 0}, {"by_phase", 0}};
 }
 
 // The fp32 mode's input_shift rule and its sample offsets, run on the host: for tests (the kernels' own code,
@@ -1880,10 +2299,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "out = clamp(maxpool(scale * groupnorm(conv2d(x) + bias))), the conv never in device memory",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("gamma"), py::arg("beta"), py::arg("scale"),
           py::arg("groups"), py::arg("pool"), py::arg("clamp_min"), py::arg("clamp_max"), py::arg("eps"),
-          py::arg("allow_tf32"), py::arg("out"), py::arg("wgmma") = true);
+          py::arg("allow_tf32"), py::arg("out"), py::arg("wgmma") = true, py::arg("by_phase") = true);
     m.def("plan_info", &model_b_v3::plan_info, "the tiling v3 picks for these sizes", py::arg("h"), py::arg("w"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kh"), py::arg("kw"), py::arg("pool"),
-          py::arg("allow_tf32"), py::arg("device"), py::arg("wgmma") = true);
+          py::arg("allow_tf32"), py::arg("device"), py::arg("wgmma") = true, py::arg("by_phase") = true);
     m.def("input_shift_rule", &model_b_v3::input_shift_rule,
           "fp32 mode: input_shift's r from a plane's 16 samples (as floats), computed on the host by the kernel's rule",
           py::arg("samples"));

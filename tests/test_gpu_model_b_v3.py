@@ -289,6 +289,89 @@ def test_plan_info_at_kernelbench_size():
     assert tf32["wgmma"] == hopper and tf32["k_steps"] == 9
     assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device(),
                                wgmma=False)["wgmma"] == 0
+    # The TF32 mode takes the by-phase kernel there (one CTA per tile and SM, all 64 channels); fp32 does not.
+    assert info["by_phase"] == 0 and tf32["by_phase"] == hopper
+    if hopper:
+        assert tf32["channel_chunks"] == 1 and tf32["ctas"] == torch.cuda.get_device_properties(0).multi_processor_count
+    assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device(),
+                               by_phase=False)["by_phase"] == 0
+
+
+@pytest.mark.parametrize("h, w, c_in, c_out, k, pool, expected", [
+    (128, 128, 8, 64, 3, 4, 1),   # KernelBench
+    (7, 128, 1, 33, 3, 4, 1),     # one input channel, 33 output channels, two tiles
+    (128, 128, 8, 32, 3, 4, 0),   # 32 channels: one 32-channel chunk wastes less than one m64
+    (128, 128, 8, 65, 3, 4, 0),   # more than one m64
+    (128, 128, 9, 64, 3, 4, 0),   # C_in 9: two k8 slices per tap
+    (128, 132, 8, 64, 3, 4, 0),   # W != 128
+    (128, 128, 8, 64, 5, 4, 0),   # k 5
+    (128, 128, 8, 64, 3, 2, 0),   # pool 2
+])
+def test_by_phase_plan_envelope(h, w, c_in, c_out, k, pool, expected):
+    """Where the TF32 mode takes the by-phase kernel (on an sm_90a build; never in the fp32 mode)."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    device = torch.cuda.current_device()
+    assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, True, device)["by_phase"] == expected * hopper
+    assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, False, device)["by_phase"] == 0
+
+
+@pytest.mark.parametrize("init, shape", [
+    ([8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (3, 8, 128, 128)),       # KernelBench channels, odd batch
+    ([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], (1, 8, 131, 128)),      # batch 1; the last tile has one conv row
+    ([3, 48, 3, 6, (48, 1, 1), 4, -1.0, 1.0], (2, 3, 10, 128)),        # C_in 3 (a padded quad), 48 channels
+    ([5, 40, 3, 8, (40, 1, 1), 4, -0.5, 0.5], (5, 5, 23, 128)),        # C_in 5, 40 channels
+    ([8, 33, 3, 11, (33, 1, 1), 4, -2.0, -0.1], (2, 8, 7, 128)),       # 33 channels, negative bounds
+    ([1, 64, 3, 4, (64, 1, 1), 4, 0.2, 0.9], (2, 1, 6, 128)),          # C_in 1, one tile
+])
+def test_by_phase_against_the_chunks(init, shape):
+    """The by-phase kernel (TF32 mode) passes parity, and agrees with the 32-channel chunks far below TF32's
+    error: both multiply the same TF32 operands and differ in the order of the sums. Inputs shifted by +100
+    (not judged against float64 in the TF32 mode) must agree as well: the statistics' shifts at work."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
+    torch.manual_seed(2)
+    model = B.Model(*init).cuda()
+    fused = {"v3 tf32 by phase": B.ModelNew(*init, allow_tf32=True).cuda(),
+             "v3 tf32 chunks": B.ModelNew(*init, allow_tf32=True, by_phase=False).cuda()}
+    info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], True,
+                               torch.cuda.current_device())
+    assert info["by_phase"] == 1
+    draw = lambda seed: [torch.rand(shape, device="cuda")]
+    helpers.parity_sweep(model, fused, draw, seeds=(31, 32), shifts=(0.0,), tf32=set(fused))
+    for shift in (0.0, 100.0, -7.0):
+        x = draw(0)[0] + shift
+        with torch.no_grad():
+            by_phase, chunks = fused["v3 tf32 by phase"](x), fused["v3 tf32 chunks"](x)
+        assert not torch.isnan(by_phase).any()
+        assert helpers.errors_vs(chunks, by_phase)["rel_l2"] < 1e-5, shift
+
+
+def test_by_phase_statistics_shift_far_from_the_next_tile():
+    """The by-phase kernel shifts a tile's statistics by its CTA's mean two tiles back, often another sample's.
+    Samples whose means differ by orders of magnitude force the second, self-centred pass; the output agrees
+    with the 32-channel chunks', and a NaN sample stays confined to itself."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
+    init = B.get_init_inputs()
+    torch.manual_seed(4)
+    model = B.Model(*init).cuda()
+    helpers.randomize_parameters(model, 4)
+    by_phase = B.ModelNew(*init, allow_tf32=True).cuda()
+    chunks = B.ModelNew(*init, allow_tf32=True, by_phase=False).cuda()
+    for module in (by_phase, chunks):
+        module.load_state_dict(model.state_dict())
+    # Spreads well above TF32's spacing at each offset (at 1e4 the relay would round [0, 1) away entirely).
+    offsets = torch.tensor([0.0, 300.0, -30.0, 1e3, 0.5, -500.0, 100.0, 0.0, 3e3, -2.0], device="cuda")
+    scales = torch.tensor([1.0, 1.0, 5.0, 10.0, 1.0, 20.0, 1.0, 1.0, 1e2, 1.0], device="cuda")
+    x = torch.rand(10, 8, 64, 128, device="cuda") * scales.view(-1, 1, 1, 1) + offsets.view(-1, 1, 1, 1)
+    x[4, 0, 5, 5] = float("nan")
+    with torch.no_grad():
+        got, expected = by_phase(x), chunks(x)
+    assert torch.isnan(got[4]).all() and torch.isnan(expected[4]).all()
+    others = [i for i in range(10) if i != 4]
+    assert not torch.isnan(got[others]).any()
+    for i in others:  # per sample: each has its own scale
+        assert helpers.errors_vs(expected[i], got[i])["rel_l2"] < 1e-5, i
 
 
 @pytest.mark.parametrize("init, shape, offset, on_wgmma", [
@@ -477,3 +560,15 @@ def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
         x = helpers.one_special_value_per_sample(x)
         assert fused[f"v3 {mode}"].path(x) == "v3"
         helpers.check_special_values(model, fused[f"v3 {mode}"], x, tf32=(mode == "tf32"))
+
+
+def test_nan_payloads_and_infinities_propagate_in_the_by_phase_kernel():
+    """As above for the by-phase kernel (TF32 mode, W = 128, 64 channels): every NaN payload and infinity makes
+    its sample NaN; the other samples stay finite and right."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
+    model, fused = _models([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], modes=("tf32",))
+    x = torch.rand(len(helpers.NAN_AND_INF_BITS) + 2, 8, 10, 128, device="cuda")
+    x = helpers.one_special_value_per_sample(x)
+    assert _v3_ext().plan_info(10, 128, x.shape[0], 8, 64, 3, 3, 4, True, torch.cuda.current_device())["by_phase"]
+    helpers.check_special_values(model, fused["v3 tf32"], x, tf32=True)
