@@ -835,6 +835,31 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
         }
 }
 
+// Chan et al.'s merge of PARTS partial statistics (centre c_i, mean_i - c_i, M2_i, count_i), part i at
+// part[i * stride], in float relative to the first part's centre, with one multiplication by 1 / (the parts' total
+// count) and no division: returns (mean - part[0].x, M2). (c_i - c_0) + (mean_i - c_i) is part i's mean less c_0;
+// a part without values has count 0 and weighs nothing. The chunked kernel merges its 8 warps, the by-phase kernel
+// its 4 phases.
+template <int PARTS>
+__device__ __forceinline__ float2 merge_parts(const float4* part, int stride, float inv_total) {
+    const float c0 = part[0].x;
+    float moment = 0.f, m2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < PARTS; ++i) {
+        const float4 f = part[i * stride];
+        moment = fmaf(f.w, (f.x - c0) + f.y, moment);
+        m2 += f.z;
+    }
+    const float mean_delta = moment * inv_total;
+#pragma unroll
+    for (int i = 0; i < PARTS; ++i) {
+        const float4 f = part[i * stride];
+        const float d = ((f.x - c0) + f.y) - mean_delta;
+        m2 = fmaf(f.w * d, d, m2);
+    }
+    return make_float2(mean_delta, m2);
+}
+
 // The GEMM on wgmma (wgmma plans: sm_90a, 32-channel chunks, BS % 4 == 0; both accuracy modes).
 // wgmma reads A from shared memory as core matrices of 8 rows x 16 bytes (4 k values), rows 16 bytes apart.
 // The raw box cannot be that (row m + 1 of a tap starts 4 bytes after row m), so each tile's box is relaid
@@ -852,38 +877,45 @@ __device__ __forceinline__ void pool_y_and_store(const Params& p, const float* s
 // three products of a k-step go to a partial sum as on mma.sync. Either way the products are those of the
 // mma.sync path, but the k sum runs tap-major, so the outputs differ in the last bits.
 //
-// Relays the box rows this tile reads (channels past C_in stay zero: the buffer is zeroed once). An item is one
-// channel quad's 4 positions at flat word f = r * BS / 4 + u of the box (BS = 4 units): the quad's word f in each
-// channel is at raw + ci * pitch + 4 f, and its four phases land at quads[4 quad plane + v plane + f]. The items
-// are walked as (quad, f) with f advanced by kThreads and carried into quad: no division per item (with two
-// per item the relay was 18 % of the TF32 kernel's warp-instructions, ncu). ROUND (TF32 mode): rounded to TF32;
-// else (fp32 mode) x - r(n, ci), with r = shift[ci] (input_shift).
+// One relay item: channel quad `quad`'s 4 positions at flat word f = r * BS / 4 + u of the box (BS = 4 units). The
+// quad's word f in each channel is at raw + ci * pitch + 4 f, and its four phases land at quads[4 quad plane +
+// v plane + f]. ROUND (TF32 mode): rounded to TF32; else (fp32 mode) x - r(n, ci), with r = shift[ci] (input_shift).
+// Channels past C_in are written as zeros.
+template <bool ROUND>
+__device__ __forceinline__ void relay_item(const Params& p, const float* raw, float* quads, const float* shift,
+                                           int quad, int f) {
+    const int plane = p.quad_plane_units;
+    const float* src = raw + 4 * quad * p.box_pitch + 4 * f;
+    float4 c[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const bool real = 4 * quad + k < p.c_in;  // padded channels stay zero
+        c[k] = real ? *reinterpret_cast<const float4*>(src + k * p.box_pitch) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if constexpr (ROUND) {
+            c[k] = make_float4(tf32_round(c[k].x), tf32_round(c[k].y), tf32_round(c[k].z), tf32_round(c[k].w));
+        } else {
+            const float r = real ? shift[4 * quad + k] : 0.f;
+            c[k] = make_float4(c[k].x - r, c[k].y - r, c[k].z - r, c[k].w - r);
+        }
+    }
+    float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * plane + f);
+    dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+    dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+    dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+    dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+}
+
+// Relays the box rows this tile reads, one relay_item per (quad, f), walked by the CTA's kThreads threads with f
+// advanced by kThreads and carried into quad: no division per item (with two per item the relay was 18 % of the
+// TF32 kernel's warp-instructions, ncu).
 template <bool ROUND>
 __device__ __forceinline__ void relay_box(const Params& p, const float* raw, float* quads, const float* shift) {
     const int words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);  // 16-byte words per channel the tile reads
     const int used_quads = (p.c_in + 3) / 4;
-    const int plane = p.quad_plane_units;
     const int quad_step = kThreads / words, word_step = kThreads - quad_step * words;
     int quad = threadIdx.x / words, f = threadIdx.x - quad * words;
     while (quad < used_quads) {
-        const float* src = raw + 4 * quad * p.box_pitch + 4 * f;
-        float4 c[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const bool real = 4 * quad + k < p.c_in;  // padded channels stay zero
-            c[k] = real ? *reinterpret_cast<const float4*>(src + k * p.box_pitch) : make_float4(0.f, 0.f, 0.f, 0.f);
-            if constexpr (ROUND) {
-                c[k] = make_float4(tf32_round(c[k].x), tf32_round(c[k].y), tf32_round(c[k].z), tf32_round(c[k].w));
-            } else {
-                const float r = real ? shift[4 * quad + k] : 0.f;
-                c[k] = make_float4(c[k].x - r, c[k].y - r, c[k].z - r, c[k].w - r);
-            }
-        }
-        float4* dst = reinterpret_cast<float4*>(quads) + (4 * quad * plane + f);
-        dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
-        dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
-        dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
-        dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+        relay_item<ROUND>(p, raw, quads, shift, quad, f);
         f += word_step;
         quad += quad_step;
         if (f >= words) {
@@ -1354,21 +1386,10 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         //     division but one per tile) and stores the tile's (mean, M2) in float64 to the workspace.
         if (tid < NCH && co0 + tid < p.c_out) {
             const float c0 = warp_stats[0][tid].x;  // warp 0 holds position 0, inside every tile: count >= 1
-            // (f.x - c0) + f.y: the warp's mean - c0 (a warp with no valid position has weight f.w = 0).
-            float moment = 0.f, m2 = 0.f;
-            for (int w = 0; w < kWarps; ++w) {
-                const float4 f = warp_stats[w][tid];
-                moment = fmaf(f.w, (f.x - c0) + f.y, moment);
-                m2 += f.z;
-            }
-            const float mean_delta = moment * (1.f / static_cast<float>(count));
-            for (int w = 0; w < kWarps; ++w) {
-                const float4 f = warp_stats[w][tid];
-                const float d = ((f.x - c0) + f.y) - mean_delta;
-                m2 = fmaf(f.w * d, d, m2);
-            }
+            const float2 merged = merge_parts<kWarps>(&warp_stats[0][tid], NCH, 1.f / static_cast<float>(count));
+            const float mean_delta = merged.x;
             p.stats[(n * tiles + tile) * p.c_out + co0 + tid] =
-                make_double2(static_cast<double>(c0) + mean_delta, fmaxf(m2, 0.f));
+                make_double2(static_cast<double>(c0) + mean_delta, fmaxf(merged.y, 0.f));
             // The next tile's shift; a NaN or inf must not carry over. fp32 mode: the values of the next unit are
             // shifted by d = sum_ci r(n, ci) sign_c sum_taps w less than the conv (input_shift), d_this here and
             // d_next there; its slot of r was written before the barrier above.
@@ -1454,8 +1475,8 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // phases, which meet in a staged [phase][channel][xq] array behind the tile's one barrier. The statistics are
 // shifted sums per lane (as the chunked kernel's, shifted by the CTA's mean of that channel two tiles back), reduced
 // over the 4 lanes of a quad and merged over the 4 phases after the barrier into the same (mean, M2) per (sample,
-// tile, channel) that kernel 2 reads. Measured on an H100 (results/model_b/NOTES.md): 0.143 ms against the chunked
-// kernel's 0.191 ms for the TF32 model at the KernelBench size.
+// tile, channel) that kernel 2 reads. Measured on an H100 (results/model_b/NOTES.md, run of record of 2026-11-27):
+// the TF32 model at the KernelBench size in 0.146 ms with this kernel, 0.190 ms with the chunked one.
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
 constexpr int kPhaseKsteps = 9;                          // 3 x 3 taps x one k8 slice (C_in <= 8)
 constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
@@ -1569,20 +1590,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
     const int plane = p.quad_plane_units;
     const auto relay = [&](float* dst_box) {
-        if (tid >= relay_items) return;
-        const float* src = raw + 4 * my_quad * p.box_pitch + 4 * my_word;
-        float4 c[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            c[k] = 4 * my_quad + k < p.c_in ? *reinterpret_cast<const float4*>(src + k * p.box_pitch)
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-            c[k] = make_float4(tf32_round(c[k].x), tf32_round(c[k].y), tf32_round(c[k].z), tf32_round(c[k].w));
-        }
-        float4* dst = reinterpret_cast<float4*>(dst_box) + 4 * my_quad * plane + my_word;
-        dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
-        dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
-        dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
-        dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+        if (tid < relay_items) relay_item<true>(p, raw, dst_box, nullptr, my_quad, my_word);
     };
 
     mbarrier_wait(&box_landed, 0);
@@ -1718,23 +1726,11 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         // shift of the tile two ahead (this tile parity's slot, read again after the next barrier).
         if (tid < 64 && tid < p.c_out) {
             const float c_first = phase_stats[buf][0][tid].x;
-            float moment = 0.f, m2 = 0.f, total = 0.f;
-#pragma unroll
-            for (int ph = 0; ph < 4; ++ph) {
-                const float4 f = phase_stats[buf][ph][tid];
-                moment = fmaf(f.w, (f.x - c_first) + f.y, moment);
-                m2 += f.z;
-                total += f.w;
-            }
-            const float mean_delta = moment / total;
-#pragma unroll
-            for (int ph = 0; ph < 4; ++ph) {
-                const float4 f = phase_stats[buf][ph][tid];
-                const float d = ((f.x - c_first) + f.y) - mean_delta;
-                m2 = fmaf(f.w * d, d, m2);
-            }
+            const float inv_total = 1.f / static_cast<float>(rows_valid * p.wo);  // the 4 phases' counts add up to it
+            const float2 merged = merge_parts<4>(&phase_stats[buf][0][tid], 64, inv_total);
+            const float mean_delta = merged.x;
             p.stats[(n * tiles + ty) * p.c_out + tid] =
-                make_double2(static_cast<double>(c_first) + mean_delta, fmaxf(m2, 0.f));
+                make_double2(static_cast<double>(c_first) + mean_delta, fmaxf(merged.y, 0.f));
             const float centre = c_first + mean_delta;
             tile_shift[buf][tid] = isfinite(centre) ? centre : 0.f;
         }
