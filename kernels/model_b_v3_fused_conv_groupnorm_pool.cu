@@ -569,17 +569,20 @@ __device__ __forceinline__ void load_box(const Params& p, float* box, int64_t n,
 }
 
 // The bulk-copy form of load_box (bulk_copy plans): a channel's box is one contiguous span of input rows,
-// copied by one bulk copy that completes on `bar`; warp 0 issues them. The rest of the box is not written
-// (it feeds only dropped positions; the kernel zeroes both boxes once).
-__device__ __forceinline__ void load_box_bulk(const Params& p, float* box, uint64_t* bar, int64_t n, int ty) {
-    if (threadIdx.x >= 32) return;
+// copied by one bulk copy that completes on `bar`; warp `issuer` issues them (its lane 0 arrives with the byte
+// count). The rest of the box is not written (it feeds only dropped positions; the kernel zeroes both boxes once).
+// Issuing takes the warp a while (about 1 600 cycles for 8 copies of 3 KB on an H100, results/model_b/NOTES.md).
+__device__ __forceinline__ void load_box_bulk(const Params& p, float* box, uint64_t* bar, int64_t n, int ty,
+                                              int issuer = 0) {
+    if (static_cast<int>(threadIdx.x >> 5) != issuer) return;
+    const int lane = static_cast<int>(threadIdx.x & 31);
     const int y0 = ty * p.tile_rows;
     const uint32_t bytes = static_cast<uint32_t>((min(p.h, y0 + p.tile_rows + p.kh - 1) - y0) * p.w) * sizeof(float);
     const int64_t hw = static_cast<int64_t>(p.h) * p.w;
     const float* src = p.x + n * p.c_in * hw + static_cast<int64_t>(y0) * p.w;
-    if (threadIdx.x == 0) mbarrier_arrive_expect_bytes(bar, bytes * static_cast<uint32_t>(p.c_in));
+    if (lane == 0) mbarrier_arrive_expect_bytes(bar, bytes * static_cast<uint32_t>(p.c_in));
     __syncwarp();
-    for (int ci = threadIdx.x; ci < p.c_in; ci += 32) bulk_copy(box + ci * p.box_pitch, src + ci * hw, bytes, bar);
+    for (int ci = lane; ci < p.c_in; ci += 32) bulk_copy(box + ci * p.box_pitch, src + ci * hw, bytes, bar);
 }
 
 // A unit of work as (sample, tile row, tile column): unit u is sample u / tiles, tile u % tiles = ty * tiles_x + tx.
@@ -1478,6 +1481,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // tile, channel) that kernel 2 reads. Measured on an H100 (results/model_b/NOTES.md, run of record of 2026-11-27):
 // the TF32 model at the KernelBench size in 0.146 ms with this kernel, 0.190 ms with the chunked one.
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
+constexpr int kPhaseCopyWarp = 15;                       // issues the input boxes' bulk copies inside the tile loop
 constexpr int kPhaseKsteps = 9;                          // 3 x 3 taps x one k8 slice (C_in <= 8)
 constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
                                                          // the lanes' 8-byte stores fall in distinct banks
@@ -1610,7 +1614,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 
     // Per tile: (1) the GEMM issued, (2) meanwhile the next box relaid into the other relaid buffer, (3) the
     // statistics and the y pooling from registers, the tile's one barrier, then (4) the next-but-one box's copy
-    // started, the phases' statistics merged and the x pooling stored.
+    // started (by warp 15), the phases' statistics merged (by warps 0 and 1) and the x pooling stored.
     for (int iter = 0; pos.n < batch; ++iter) {
         const UnitPos next = advance(p, pos);
         const bool has_next = next.n < batch;
@@ -1718,9 +1722,12 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         }
         __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the raw box free
 
+        // Warp 15 issues them: warp 0 merges the statistics next, and its warpgroup's next products (a warpgroup-wide
+        // instruction) would wait for its copies (-4 % model time, results/model_b/NOTES.md).
         {
             const UnitPos after_next = advance(p, next);
-            if (has_next && after_next.n < batch) load_box_bulk(p, raw, &box_landed, after_next.n, after_next.ty);
+            if (has_next && after_next.n < batch)
+                load_box_bulk(p, raw, &box_landed, after_next.n, after_next.ty, kPhaseCopyWarp);
         }
         // The 4 phases' statistics of a channel merged (as the chunked kernel merges its warps); the mean is the
         // shift of the tile two ahead (this tile parity's slot, read again after the next barrier).
