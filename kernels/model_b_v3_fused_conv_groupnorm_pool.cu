@@ -1723,7 +1723,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the raw box free
 
         // Warp 15 issues them: warp 0 merges the statistics next, and its warpgroup's next products (a warpgroup-wide
-        // instruction) would wait for its copies (-4 % model time, results/model_b/NOTES.md).
+        // instruction) would wait for its copies (-1.3 % TF32 model time on an H100, results/model_b/NOTES.md).
         {
             const UnitPos after_next = advance(p, next);
             if (has_next && after_next.n < batch)
