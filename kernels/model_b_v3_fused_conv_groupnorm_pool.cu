@@ -1535,18 +1535,19 @@ __global__ void __launch_bounds__(kPhaseThreads, 1)
 conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 #if defined(MODEL_B_WGMMA)
     // Shared memory: the weights as wgmma's A core matrices per k-step ([8 channel groups][2 k halves][8][4],
-    // 2 KB, TF32), one raw box (the bulk copies land there), two relaid boxes (this tile's, read by wgmma, and the
-    // next one's, written by the relay meanwhile), two stages (this tile's y-pooled values; the last tile's are
-    // read after the barrier).
+    // 2 KB, TF32), two raw boxes (the bulk copies land there: box k in raw box k % 2), two relaid boxes (this
+    // tile's, read by wgmma, and the next one's, written by the relay meanwhile), two stages (this tile's y-pooled
+    // values; the last tile's are read after the barrier).
     extern __shared__ __align__(128) unsigned char smem[];
     float* weights = reinterpret_cast<float*>(smem);
     float* raw = weights + kPhaseKsteps * 512;
+    const int box_floats = p.c_in * p.box_pitch;
     const int quad_floats = 16 * p.quad_groups * p.quad_plane_units;
-    float* quads = raw + p.c_in * p.box_pitch;
+    float* quads = raw + 2 * box_floats;
     float* stage = quads + 2 * quad_floats;
     __shared__ float4 phase_stats[2][4][64];  // per tile parity, phase and channel: (centre, mean - centre, M2, count)
     __shared__ float tile_shift[2][64];       // per tile parity and channel: the statistics' shift
-    __shared__ __align__(8) uint64_t box_landed;
+    __shared__ __align__(8) uint64_t box_landed[2];  // per raw box: box k completes phase k / 2 of box_landed[k % 2]
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int v = static_cast<int>(warp_uniform(static_cast<uint32_t>(warp >> 2)));  // the warpgroup's phase
@@ -1555,13 +1556,20 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     UnitPos pos = unit_position(p, static_cast<int>(blockIdx.x));
     if (pos.n >= batch) return;
 
-    // The boxes start zero (words past the copied rows feed only dropped positions); the first box's copy starts
-    // before the weights are set up, which it hides.
-    for (int i = tid; i < p.c_in * p.box_pitch + 2 * quad_floats; i += kPhaseThreads) raw[i] = 0.f;
-    if (tid == 0) mbarrier_init(&box_landed);
+    // The boxes start zero (words past the copied rows feed only dropped positions); the first two boxes' copies
+    // start before the weights are set up, which they hide.
+    for (int i = tid; i < 2 * box_floats + 2 * quad_floats; i += kPhaseThreads) raw[i] = 0.f;
+    if (tid == 0) {
+        mbarrier_init(&box_landed[0]);
+        mbarrier_init(&box_landed[1]);
+    }
     fence_proxy_async();
     __syncthreads();
-    load_box_bulk(p, raw, &box_landed, pos.n, pos.ty);
+    load_box_bulk(p, raw, &box_landed[0], pos.n, pos.ty);
+    {
+        const UnitPos second = advance(p, pos);
+        if (second.n < batch) load_box_bulk(p, raw + box_floats, &box_landed[1], second.n, second.ty, kPhaseCopyWarp);
+    }
     {
         const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw;
         for (int i = tid; i < kPhaseKsteps * 512; i += kPhaseThreads) {
@@ -1593,18 +1601,14 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
     const int plane = p.quad_plane_units;
-    const auto relay = [&](float* dst_box) {
-        if (tid < relay_items) relay_item<true>(p, raw, dst_box, nullptr, my_quad, my_word);
+    const auto relay = [&](const float* raw_box, float* dst_box) {
+        if (tid < relay_items) relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
     };
 
-    mbarrier_wait(&box_landed, 0);
-    relay(quads);
+    mbarrier_wait(&box_landed[0], 0);
+    relay(raw, quads);
     fence_proxy_async();
     __syncthreads();
-    {
-        const UnitPos second = advance(p, pos);
-        if (second.n < batch) load_box_bulk(p, raw, &box_landed, second.n, second.ty);
-    }
     const uint32_t w_low = weight_descriptor_low(weights);
     const uint32_t q_low = ((smem_address(quads) & 0x3ffff) >> 4) | (static_cast<uint32_t>(4 * plane) << 16);
     const int* taps = reinterpret_cast<const int*>(p.wgmma_taps);  // [k-step][phase]
@@ -1612,9 +1616,9 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
     const int tiles = p.tiles_y;
 
-    // Per tile: (1) the GEMM issued, (2) meanwhile the next box relaid into the other relaid buffer, (3) the
-    // statistics and the y pooling from registers, the tile's one barrier, then (4) the next-but-one box's copy
-    // started (by warp 15), the phases' statistics merged (by warps 0 and 1) and the x pooling stored.
+    // Per tile: (1) the GEMM issued, (2) meanwhile the next-but-one box's copy started (by warp 15) and the next box
+    // relaid into the other relaid buffer, (3) the statistics and the y pooling from registers, the tile's one
+    // barrier, then (4) the phases' statistics merged (by warps 0 and 1) and the x pooling stored.
     for (int iter = 0; pos.n < batch; ++iter) {
         const UnitPos next = advance(p, pos);
         const bool has_next = next.n < batch;
@@ -1632,9 +1636,17 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
             else wgmma_m64n128_tf32_ss<true>(acc, w_low + s * 128, b);
         }
         wgmma_commit();
-        if (has_next) {
-            mbarrier_wait(&box_landed, (iter + 1) & 1);
-            relay(quads + (buf ^ 1) * quad_floats);
+        // Box t + 2 into raw box t % 2, which held box t (relaid before the last barrier). Warp 15 issues it: its
+        // warpgroup has no relay items at C_in <= 8 and waits for its products anyway (issuing 8 copies keeps a warp
+        // about 1 600 cycles on an H100, results/model_b/NOTES.md).
+        {
+            const UnitPos after_next = advance(p, next);
+            if (has_next && after_next.n < batch)
+                load_box_bulk(p, raw + buf * box_floats, &box_landed[buf], after_next.n, after_next.ty, kPhaseCopyWarp);
+        }
+        if (has_next) {  // box t + 1: raw box (t + 1) % 2, its use (t + 1) / 2 of that mbarrier
+            mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
+            relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats);
             fence_proxy_async();
         }
         wgmma_wait<0>();
@@ -1720,15 +1732,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
                     *reinterpret_cast<float2*>(st + 8 * h * kPhaseStageStride + 8 * jj) = make_float2(q[0], q[1]);
                 }
         }
-        __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the raw box free
+        __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the relaid raw box free
 
-        // Warp 15 issues them: warp 0 merges the statistics next, and its warpgroup's next products (a warpgroup-wide
-        // instruction) would wait for its copies (-1.3 % TF32 model time on an H100, results/model_b/NOTES.md).
-        {
-            const UnitPos after_next = advance(p, next);
-            if (has_next && after_next.n < batch)
-                load_box_bulk(p, raw, &box_landed, after_next.n, after_next.ty, kPhaseCopyWarp);
-        }
         // The 4 phases' statistics of a channel merged (as the chunked kernel merges its warps); the mean is the
         // shift of the tile two ahead (this tile parity's slot, read again after the next barrier).
         if (tid < 64 && tid < p.c_out) {
@@ -1949,11 +1954,11 @@ struct Plan {
     std::string problem;  // empty when v3 applies
 };
 
-// The by-phase kernel's dynamic shared memory: the weights (kPhaseKsteps k8 chunks of 64 channels), one raw box,
+// The by-phase kernel's dynamic shared memory: the weights (kPhaseKsteps k8 chunks of 64 channels), two raw boxes,
 // two relaid boxes, two stages. Its static shared memory (under kPhaseStaticSmem) comes off the opt-in limit.
 constexpr int kPhaseStaticSmem = 9216;
 inline size_t phase_smem_bytes(int64_t c_in, int64_t pitch, int64_t quad_groups, int64_t plane_units) {
-    return static_cast<size_t>(kPhaseKsteps * 512 + c_in * pitch + 2 * 16 * quad_groups * plane_units +
+    return static_cast<size_t>(kPhaseKsteps * 512 + 2 * c_in * pitch + 2 * 16 * quad_groups * plane_units +
                                2 * 4 * kPhaseStagePlane) * sizeof(float);
 }
 
