@@ -138,6 +138,8 @@ constexpr int kMaxPool = 16;
 constexpr int kStaticSmemReserve = 5120;              // static shared memory (< 4.5 KB) comes off the opt-in limit
 constexpr int kFinalThreads = 256;
 constexpr int kMaxWgmmaSteps = 128;                   // k-steps of a wgmma plan (their tap offsets are parameters)
+constexpr int kPhaseMaxSteps = 9;                    // by-phase plan: k-steps at most (3 x 3 taps x one k8 slice)
+constexpr int kPhaseMaxBlocks = 10;                  // by-phase plan: 2 KB weight blocks at most (see Params::phase_a)
 constexpr int kShiftSamples = 16;                     // fp32 mode: input_shift's samples per plane, and
 constexpr int kShiftMajority = 12;                    // how many must agree with its candidate
 
@@ -176,6 +178,16 @@ struct Params {
     // (grid-constant) parameters, the warps load them as uniform values: from shared memory they cost a shuffle each
     // to reach the uniform registers that wgmma's descriptors come from.
     int4 wgmma_taps[kMaxWgmmaSteps];
+    // The by-phase plan's k-steps (conv_stats_pool_by_phase_kernel). A k8 slice is two channel quads (k halves) of
+    // the relaid box, each a (tap, quad): at C_in <= 4 two taps' quad 0 (5 k-steps for 3 x 3 taps, where the
+    // chunks' layout takes 9 with quad 1 all zeros), else one tap's two quads. Per k-step s and phase v:
+    // phase_b = the first half's word in the relaid box (16-byte units) | the LBO to the second half << 16 (the
+    // lower address first); phase_a = the offset of its weight block (16-byte units, 128 per 2 KB block). Per
+    // weight block, phase_halves = the (tap * 2 + quad) of its two k halves in order, -1 for zeros.
+    int4 phase_b[kPhaseMaxSteps];
+    int4 phase_a[kPhaseMaxSteps];
+    int2 phase_halves[kPhaseMaxBlocks];
+    int phase_blocks;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1471,18 +1483,22 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // before. A CTA of 4 warpgroups (512 threads, one CTA per SM, persistent) takes a whole tile (4 conv rows x 128
 // box columns, all channels); warpgroup v takes the positions of phase v (column x = 4 xq + v), which in the
 // relaid box are 128 consecutive words (u = 32 r + xq): one m64n128k8 wgmma per k-step, B the relaid box at
-// Params::wgmma_taps' offset of phase v, as the chunked kernel's A is.
+// the offsets of phase v (Params::phase_b, the chunked kernel's Params::wgmma_taps for its A where C_in > 4).
 //   A lane (warp w of its warpgroup, g = lane / 4, t = lane % 4) then holds channels 16 w + g and 16 w + g + 8, and
 // for each the conv rows r = 0..3 at x-quads xq = 8 jj + 2 t + e (jj = 0..3, e = 0, 1): acc[4 r + jj][2 h + e].
 // So a pooling window's 4 rows are in the lane's registers (3 max per pooled value) and its 4 columns are the 4
 // phases, which meet in a staged [phase][channel][xq] array behind the tile's one barrier. The statistics are
 // shifted sums per lane (as the chunked kernel's, shifted by the CTA's mean of that channel two tiles back), reduced
 // over the 4 lanes of a quad and merged over the 4 phases after the barrier into the same (mean, M2) per (sample,
-// tile, channel) that kernel 2 reads. Measured on an H100 (results/model_b/NOTES.md, run of record of 2026-11-27):
-// the TF32 model at the KernelBench size in 0.146 ms with this kernel, 0.190 ms with the chunked one.
+// tile, channel) that kernel 2 reads.
+//   K: KSTEPS k8 slices, each two channel quads (k halves) of the relaid box: at C_in <= 4 two taps' quad 0 per
+// slice (5 k-steps for the 9 taps; the chunks' layout takes 9, with quad 1 all zeros), else one tap's two quads (9).
+// Where a slice's two halves lie in the other order for some phase, that phase's A is a copy of the weight block
+// with its k halves swapped (Params::phase_b, phase_a). The run of record (results/model_b/timing.csv) times the
+// model with this kernel and with the chunked one.
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
 constexpr int kPhaseCopyWarp = 15;                       // issues the input boxes' bulk copies inside the tile loop
-constexpr int kPhaseKsteps = 9;                          // 3 x 3 taps x one k8 slice (C_in <= 8)
+constexpr int kPhasePairedSteps = 5;                     // k-steps at C_in <= 4 (3 x 3 taps, two per k8 slice)
 constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
                                                          // the lanes' 8-byte stores fall in distinct banks
 constexpr int kPhaseStagePlane = 64 * kPhaseStageStride; // floats per phase of the stage
@@ -1531,16 +1547,22 @@ __device__ __forceinline__ void phase_lane_plain_sums(const float (&acc)[16][4],
 }
 #endif
 
+template <int KSTEPS>
 __global__ void __launch_bounds__(kPhaseThreads, 1)
 conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 #if defined(MODEL_B_WGMMA)
-    // Shared memory: the weights as wgmma's A core matrices per k-step ([8 channel groups][2 k halves][8][4],
+    // Weight blocks: at kPhaseMaxSteps, block s is k-step s for every phase (phase_steps_plan checks it), so A's
+    // offsets are immediates (a build that looked them up there ran 1.4 % slower at the KernelBench size on an
+    // H100, results/model_b/NOTES.md); else up to kPhaseMaxBlocks, looked up per k-step and phase.
+    constexpr bool kTableA = KSTEPS != kPhaseMaxSteps;
+    constexpr int kBlocks = kTableA ? kPhaseMaxBlocks : kPhaseMaxSteps;
+    // Shared memory: the weights as wgmma's A core matrices, kBlocks blocks ([8 channel groups][2 k halves][8][4],
     // 2 KB, TF32), two raw boxes (the bulk copies land there: box k in raw box k % 2), two relaid boxes (this
     // tile's, read by wgmma, and the next one's, written by the relay meanwhile), two stages (this tile's y-pooled
     // values; the last tile's are read after the barrier).
     extern __shared__ __align__(128) unsigned char smem[];
     float* weights = reinterpret_cast<float*>(smem);
-    float* raw = weights + kPhaseKsteps * 512;
+    float* raw = weights + kBlocks * 512;
     const int box_floats = p.c_in * p.box_pitch;
     const int quad_floats = 16 * p.quad_groups * p.quad_plane_units;
     float* quads = raw + 2 * box_floats;
@@ -1571,14 +1593,15 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         if (second.n < batch) load_box_bulk(p, raw + box_floats, &box_landed[1], second.n, second.ty, kPhaseCopyWarp);
     }
     {
-        const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw;
-        for (int i = tid; i < kPhaseKsteps * 512; i += kPhaseThreads) {
-            const int s = i >> 9, c = (i >> 3) & 63, k = i & 7;
-            const int tap = s / quads8, ci = 8 * (s - tap * quads8) + k;
-            const float wv = (c < p.c_out && ci < p.c_in)
+        const int kk = p.kh * p.kw;
+        for (int i = tid; i < p.phase_blocks * 512; i += kPhaseThreads) {
+            const int b = i >> 9, c = (i >> 3) & 63, k = i & 7;
+            const int half = (k >> 2) ? p.phase_halves[b].y : p.phase_halves[b].x;  // tap * 2 + quad, or -1
+            const int tap = half >> 1, ci = 4 * (half & 1) + (k & 3);
+            const float wv = (half >= 0 && c < p.c_out && ci < p.c_in)
                                  ? pooling_sign(p, c) * __ldg(p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * kk + tap)
                                  : 0.f;
-            weights[s * 512 + ((c >> 3) * 2 + (k >> 2)) * 32 + (c & 7) * 4 + (k & 3)] = tf32_value(wv);
+            weights[b * 512 + ((c >> 3) * 2 + (k >> 2)) * 32 + (c & 7) * 4 + (k & 3)] = tf32_value(wv);
         }
     }
     if (tid < 64) tile_shift[0][tid] = tile_shift[1][tid] = 0.f;
@@ -1600,7 +1623,6 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
-    const int plane = p.quad_plane_units;
     const auto relay = [&](const float* raw_box, float* dst_box) {
         if (tid < relay_items) relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
     };
@@ -1610,8 +1632,9 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     fence_proxy_async();
     __syncthreads();
     const uint32_t w_low = weight_descriptor_low(weights);
-    const uint32_t q_low = ((smem_address(quads) & 0x3ffff) >> 4) | (static_cast<uint32_t>(4 * plane) << 16);
-    const int* taps = reinterpret_cast<const int*>(p.wgmma_taps);  // [k-step][phase]
+    const uint32_t q_low = (smem_address(quads) & 0x3ffff) >> 4;  // LBO 0: each k-step's phase_b adds its own
+    const int* b_steps = reinterpret_cast<const int*>(p.phase_b);  // [k-step][phase]
+    const int* a_steps = reinterpret_cast<const int*>(p.phase_a);  // [k-step][phase]
     const uint64_t keep = l2_policy_evict_last();
     const int64_t out_plane = static_cast<int64_t>(p.hp) * p.wp;
     const int tiles = p.tiles_y;
@@ -1630,10 +1653,11 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         const uint32_t qb = warp_uniform(q_low + static_cast<uint32_t>(buf * (quad_floats / 4)));
         wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < kPhaseKsteps; ++s) {
-            const uint32_t b = qb + static_cast<uint32_t>(taps[4 * s + v]);
-            if (s == 0) wgmma_m64n128_tf32_ss<false>(acc, w_low + s * 128, b);
-            else wgmma_m64n128_tf32_ss<true>(acc, w_low + s * 128, b);
+        for (int s = 0; s < KSTEPS; ++s) {
+            const uint32_t a = w_low + static_cast<uint32_t>(kTableA ? a_steps[4 * s + v] : 128 * s);
+            const uint32_t b = qb + static_cast<uint32_t>(b_steps[4 * s + v]);
+            if (s == 0) wgmma_m64n128_tf32_ss<false>(acc, a, b);
+            else wgmma_m64n128_tf32_ss<true>(acc, a, b);
         }
         wgmma_commit();
         // Box t + 2 into raw box t % 2, which held box t (relaid before the last barrier). Warp 15 issues it: its
@@ -1950,16 +1974,70 @@ struct Plan {
     bool wgmma = false;  // the GEMM on wgmma from the relaid box
     size_t smem_bytes = 0;
     bool by_phase = false;  // the TF32 mode's by-phase kernel applies (where x is 16-byte aligned)
+    int phase_steps = 0;    // its k-steps (kPhasePairedSteps or kPhaseMaxSteps)
     size_t phase_smem_bytes = 0;
     std::string problem;  // empty when v3 applies
 };
 
-// The by-phase kernel's dynamic shared memory: the weights (kPhaseKsteps k8 chunks of 64 channels), two raw boxes,
-// two relaid boxes, two stages. Its static shared memory (under kPhaseStaticSmem) comes off the opt-in limit.
+// The by-phase kernel's dynamic shared memory: the weights (`blocks` k8 blocks of 64 channels), two raw boxes, two
+// relaid boxes, two stages. Its static shared memory (under kPhaseStaticSmem) comes off the opt-in limit.
 constexpr int kPhaseStaticSmem = 9216;
-inline size_t phase_smem_bytes(int64_t c_in, int64_t pitch, int64_t quad_groups, int64_t plane_units) {
-    return static_cast<size_t>(kPhaseKsteps * 512 + 2 * c_in * pitch + 2 * 16 * quad_groups * plane_units +
+inline size_t phase_smem_bytes(int64_t blocks, int64_t c_in, int64_t pitch, int64_t quad_groups, int64_t plane_units) {
+    return static_cast<size_t>(blocks * 512 + 2 * c_in * pitch + 2 * 16 * quad_groups * plane_units +
                                2 * 4 * kPhaseStagePlane) * sizeof(float);
+}
+
+// The by-phase plan's k-steps (Params::phase_b, phase_a, phase_halves; 3 x 3 taps over C_in <= 8, one quad group).
+// The k halves in order: at C_in <= 4, each tap's quad 0, taps by column then row, so that most slices pair the
+// same column in two rows (the same phase plane for every phase, the lower row first); the last, odd one pairs
+// with its own quad 1 (zeros). Else each tap's quads 0 and 1. Returns the number of k-steps, or 0 where they or
+// their weight blocks would not fit the tables.
+int phase_steps_plan(Params& P, int64_t c_in, int64_t kh, int64_t kw, int64_t stride, int64_t plane_units) {
+    std::vector<int> halves;  // tap * 2 + quad
+    if (c_in <= 4) {
+        for (int64_t kx = 0; kx < kw; ++kx)
+            for (int64_t ky = 0; ky < kh; ++ky) halves.push_back(static_cast<int>(2 * (ky * kw + kx)));
+        if (halves.size() % 2) halves.push_back(halves.back() + 1);
+    } else {
+        for (int64_t tap = 0; tap < kh * kw; ++tap) {
+            halves.push_back(static_cast<int>(2 * tap));
+            halves.push_back(static_cast<int>(2 * tap + 1));
+        }
+    }
+    const int64_t steps = static_cast<int64_t>(halves.size()) / 2;
+    if (steps > kPhaseMaxSteps) return 0;
+    // The relaid box's word of a half's first position for phase v (as Params::wgmma_taps' offsets).
+    const auto word = [&](int half, int64_t v) {
+        const int64_t tap = half >> 1, quad = half & 1, ky = tap / kw, kx = tap % kw;
+        return (4 * quad + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4;
+    };
+    std::vector<std::pair<int, int>> blocks;
+    const auto block_of = [&](int first, int second) {
+        for (size_t b = 0; b < blocks.size(); ++b)
+            if (blocks[b] == std::make_pair(first, second)) return static_cast<int>(b);
+        blocks.emplace_back(first, second);
+        return static_cast<int>(blocks.size()) - 1;
+    };
+    for (int64_t s = 0; s < steps; ++s) {
+        int b_off[4], a_off[4];
+        for (int64_t v = 0; v < 4; ++v) {
+            int first = halves[2 * s], second = halves[2 * s + 1];
+            if (word(second, v) < word(first, v)) std::swap(first, second);  // wgmma's LBO is unsigned
+            b_off[v] = static_cast<int>(word(first, v) | ((word(second, v) - word(first, v)) << 16));
+            a_off[v] = 128 * block_of(first, second);
+        }
+        P.phase_b[s] = make_int4(b_off[0], b_off[1], b_off[2], b_off[3]);
+        P.phase_a[s] = make_int4(a_off[0], a_off[1], a_off[2], a_off[3]);
+    }
+    if (blocks.size() > static_cast<size_t>(kPhaseMaxBlocks)) return 0;
+    if (steps == kPhaseMaxSteps)  // the kernel's immediate A offsets there: block s is k-step s for every phase
+        for (int64_t s = 0; s < steps; ++s)
+            if (P.phase_a[s].x != 128 * s || P.phase_a[s].y != 128 * s || P.phase_a[s].z != 128 * s ||
+                P.phase_a[s].w != 128 * s)
+                return 0;
+    for (size_t b = 0; b < blocks.size(); ++b) P.phase_halves[b] = make_int2(blocks[b].first, blocks[b].second);
+    P.phase_blocks = static_cast<int>(blocks.size());
+    return static_cast<int>(steps);
 }
 
 // Everything but the pointers, from the sizes; `problem` says why v3 does not apply. The shared-memory
@@ -2078,12 +2156,17 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
         // whole 128-wide input rows per tile (N = 128 positions per phase), windows of 4 (the phases), 3 x 3 taps
         // over at most 8 input channels (9 k-steps; the relay one 16-byte item per thread), 33..64 output channels
         // (one m64; fewer run the 32-channel chunks, which waste less), TMA bulk copies.
-        const size_t phase_bytes = phase_smem_bytes(c_in, pitch, quad_groups, plane_units);
         if (allow_by_phase && !split3 && pool == 4 && whole_rows && w == 128 && kh == 3 && kw == 3 && c_in <= 8 &&
-            c_out > 32 && c_out <= 64 && rows == 4 && ksteps_ss == kPhaseKsteps && P.bulk_copy &&
-            static_cast<int64_t>(phase_bytes) <= limits.smem_optin - kPhaseStaticSmem) {
-            plan.by_phase = true;
-            plan.phase_smem_bytes = phase_bytes;
+            c_out > 32 && c_out <= 64 && rows == 4 && quad_groups == 2 && P.bulk_copy) {
+            const int steps = phase_steps_plan(P, c_in, kh, kw, stride, plane_units);
+            const int blocks = steps == kPhaseMaxSteps ? kPhaseMaxSteps : kPhaseMaxBlocks;  // the kernel's kBlocks
+            const size_t phase_bytes = phase_smem_bytes(blocks, c_in, pitch, quad_groups, plane_units);
+            if ((steps == kPhasePairedSteps || steps == kPhaseMaxSteps) &&  // the kernel's instantiations
+                static_cast<int64_t>(phase_bytes) <= limits.smem_optin - kPhaseStaticSmem) {
+                plan.by_phase = true;
+                plan.phase_steps = steps;
+                plan.phase_smem_bytes = phase_bytes;
+            }
         }
     }
     return plan;
@@ -2101,10 +2184,16 @@ KernelFn kernel_for(const Plan& plan, bool split3) {
     }
 }
 
-// CTAs of `kernel` with `smem` bytes of dynamic shared memory that fit on the device at once, after
-// raising its dynamic shared-memory limit to the opt-in maximum less its static shared memory; cached
-// per (kernel, device, smem). The persistent grid is this many CTAs (or fewer, for small problems).
-int resident_ctas(KernelFn kernel, int device, size_t smem) {
+// The by-phase kernel's instantiation for the plan's k-steps.
+KernelFn phase_kernel_for(const Plan& plan) {
+    return plan.phase_steps == kPhasePairedSteps ? conv_stats_pool_by_phase_kernel<kPhasePairedSteps>
+                                                 : conv_stats_pool_by_phase_kernel<kPhaseMaxSteps>;
+}
+
+// CTAs of `kernel` (blocks of `threads`) with `smem` bytes of dynamic shared memory that fit on the device at once,
+// after raising its dynamic shared-memory limit to the opt-in maximum less its static shared memory; cached per
+// (kernel, device, smem). The persistent grid is this many CTAs (or fewer, for small problems).
+int resident_ctas(KernelFn kernel, int threads, int device, size_t smem) {
     static std::mutex mutex;
     static std::map<std::tuple<KernelFn, int, size_t>, int> cache;
     const std::lock_guard<std::mutex> lock(mutex);
@@ -2116,31 +2205,8 @@ int resident_ctas(KernelFn kernel, int device, size_t smem) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes)));
         int per_sm = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
         TORCH_CHECK(per_sm >= 1, "forward: the v3 kernel cannot be resident with ", std::to_string(smem),
-                    " bytes of shared memory on this GPU");
-        it = cache.emplace(key, per_sm * device_limits(device).sms).first;
-    }
-    return it->second;
-}
-
-// CTAs of the by-phase kernel that fit on the device at once (one per SM at the KernelBench size), after raising
-// its dynamic shared-memory limit; cached per (device, smem).
-int phase_resident_ctas(int device, size_t smem) {
-    static std::mutex mutex;
-    static std::map<std::pair<int, size_t>, int> cache;
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_pair(device, smem);
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-        cudaFuncAttributes attributes{};
-        C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, conv_stats_pool_by_phase_kernel));
-        C10_CUDA_CHECK(cudaFuncSetAttribute(conv_stats_pool_by_phase_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes)));
-        int per_sm = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_stats_pool_by_phase_kernel,
-                                                                     kPhaseThreads, smem));
-        TORCH_CHECK(per_sm >= 1, "forward: the by-phase kernel cannot be resident with ", std::to_string(smem),
                     " bytes of shared memory on this GPU");
         it = cache.emplace(key, per_sm * device_limits(device).sms).first;
     }
@@ -2151,8 +2217,14 @@ int phase_resident_ctas(int device, size_t smem) {
 int64_t grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
     const Params& P = plan.params;
     const int64_t units = batch * P.tiles_y * P.tiles_x;
-    const int64_t resident = resident_ctas(kernel_for(plan, split3), device, plan.smem_bytes);
+    const int64_t resident = resident_ctas(kernel_for(plan, split3), kThreads, device, plan.smem_bytes);
     return std::min(units, std::max<int64_t>(1, resident / P.chunks)) * P.chunks;
+}
+
+// CTAs of the by-phase kernel's persistent grid (one per SM at the KernelBench size), at most one per tile.
+int64_t phase_grid_ctas(const Plan& plan, int64_t batch, int device) {
+    const int64_t tiles = batch * plan.params.tiles_y * plan.params.tiles_x;
+    return std::min<int64_t>(tiles, resident_ctas(phase_kernel_for(plan), kPhaseThreads, device, plan.phase_smem_bytes));
 }
 
 std::string unsupported_reason(int64_t h, int64_t w, int64_t batch, int64_t c_in, int64_t c_out, int64_t kh,
@@ -2230,14 +2302,13 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const bool phases = plan.by_phase && P.bulk_copy;  // (bulk copies need x 16-byte aligned)
     if (phases) P.chunks = 1;                           // a CTA takes all channels of a tile
     const int64_t tiles_per_sample = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
-    const int64_t ctas = phases ? std::min<int64_t>(N * tiles_per_sample, phase_resident_ctas(device, plan.phase_smem_bytes))
-                                : grid_ctas(plan, N, split3, device);
+    const int64_t ctas = phases ? phase_grid_ctas(plan, N, device) : grid_ctas(plan, N, split3, device);
     const int64_t unit_stride = ctas / P.chunks, stride_tile = unit_stride % tiles_per_sample;
     P.step_n = static_cast<int>(unit_stride / tiles_per_sample);
     P.step_ty = static_cast<int>(stride_tile / P.tiles_x);
     P.step_tx = static_cast<int>(stride_tile % P.tiles_x);
     if (phases)
-        conv_stats_pool_by_phase_kernel<<<static_cast<unsigned>(ctas), kPhaseThreads, plan.phase_smem_bytes, stream>>>(P);
+        phase_kernel_for(plan)<<<static_cast<unsigned>(ctas), kPhaseThreads, plan.phase_smem_bytes, stream>>>(P);
     else
         kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -2260,12 +2331,12 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
     if (plan.by_phase)  // (for a 16-byte aligned x, as PyTorch allocates it)
         return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
-                {"tiles_per_sample", tiles}, {"channel_chunks", 1}, {"n_tiles", 8}, {"k_steps", P.ksteps},
+                {"tiles_per_sample", tiles}, {"channel_chunks", 1}, {"n_tiles", 8}, {"k_steps", plan.phase_steps},
                 {"smem_bytes", static_cast<int64_t>(plan.phase_smem_bytes)}, {"pool_in_registers", 1},
                 {"bulk_copy", 1},
-                {"ctas", std::min<int64_t>(batch * tiles, phase_resident_ctas(static_cast<int>(device),
-                                                                               plan.phase_smem_bytes))},
-                {"gemm_rows_per_cta", kRows}, {"wgmma", 1}, {"by_phase", 1}};
+                {"ctas", phase_grid_ctas(plan, batch, static_cast<int>(device))},
+                {"gemm_rows_per_cta", kRows}, {"wgmma", 1}, {"by_phase", 1},
+                {"phase_weight_blocks", P.phase_blocks}};
     return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},
             {"tiles_per_sample", tiles}, {"channel_chunks", P.chunks}, {"n_tiles", plan.nt},
             {"k_steps", P.ksteps}, {"smem_bytes", static_cast<int64_t>(plan.smem_bytes)},

@@ -315,8 +315,23 @@ def test_by_phase_plan_envelope(h, w, c_in, c_out, k, pool, expected):
     assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, False, device)["by_phase"] == 0
 
 
+@pytest.mark.parametrize("c_in, k_steps, blocks", [
+    (1, 5, 6), (3, 5, 6), (4, 5, 6),  # two taps' quad 0 per k8 slice; one slice's halves swap for phase 3
+    (5, 9, 9), (8, 9, 9),             # one tap's two quads per k8 slice
+])
+def test_by_phase_k_steps(c_in, k_steps, blocks):
+    """At C_in <= 4 the by-phase kernel packs two taps into a k8 slice: 5 k-steps for 3 x 3 taps, not 9."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
+    info = _v3_ext().plan_info(128, 128, 2, c_in, 64, 3, 3, 4, True, torch.cuda.current_device())
+    assert info["by_phase"] == 1
+    assert (info["k_steps"], info["phase_weight_blocks"]) == (k_steps, blocks)
+
+
 @pytest.mark.parametrize("init, shape", [
     ([8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (3, 8, 128, 128)),       # KernelBench channels, odd batch
+    ([8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (21, 8, 128, 128)),      # 672 tiles: 5-6 per CTA, both raw boxes reused
+    ([3, 64, 3, 16, (64, 1, 1), 4, -0.5, 2.0], (9, 3, 128, 128)),      # C_in 3 (5 k-steps), 2-3 tiles per CTA
     ([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], (1, 8, 131, 128)),      # batch 1; the last tile has one conv row
     ([3, 48, 3, 6, (48, 1, 1), 4, -1.0, 1.0], (2, 3, 10, 128)),        # C_in 3 (a padded quad), 48 channels
     ([5, 40, 3, 8, (40, 1, 1), 4, -0.5, 0.5], (5, 5, 23, 128)),        # C_in 5, 40 channels
