@@ -31,7 +31,9 @@
 //   Tensor cores: TF32 products, fp32 accumulation, on Hopper's warpgroup instruction wgmma (m64n32k8) when
 //   built for sm_90a and the plan allows it (32-channel chunks, BS % 4 == 0, at most 128 k-steps with C_in
 //   padded to 8: the KernelBench size), else on mma.sync m16n8k8. For wgmma each tile's box is relaid once
-//   into channel quads split by phase, which is wgmma's A operand as it stands (relay_box). The fp32-accurate
+//   into channel quads split by phase, which is wgmma's A operand as it stands (relay_box); in the TF32 mode at
+//   C_in <= 4, where a k8 slice's second quad would be zeros, a slice takes two taps' first quads instead
+//   (Params::paired_taps, and the by-phase kernel's Params::phase_b). The fp32-accurate
 //   default splits each operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo, then hi*hi, into a
 //   partial sum started from zero (per k-step on mma.sync, per three k-steps on wgmma), then adds that to the
 //   accumulator in fp32 ("3xTF32"; the dropped lo*lo is below fp32's rounding); the TF32 mode (allow_tf32)
@@ -176,8 +178,13 @@ struct Params {
     // Per k-step s = (tap (ky, kx), channels 8 q .. 8 q + 7), q fastest, and phase v: the offset of A's first word
     // in the relaid box (16-byte units): channel quad 2 q, phase (v + kx) % 4, word ky BS / 4 + (v + kx) / 4. In the
     // (grid-constant) parameters, the warps load them as uniform values: from shared memory they cost a shuffle each
-    // to reach the uniform registers that wgmma's descriptors come from.
+    // to reach the uniform registers that wgmma's descriptors come from. The TF32 mode reads A from shared memory
+    // and each entry also holds the LBO to the k8 slice's second channel quad, << 16 (4 phase planes, the next quad).
+    // paired_taps (TF32 mode, C_in <= 4, where quad 1 is all zeros): k-step s instead pairs the quad 0 of taps
+    // (2 j, kx) and (2 j + 1, kx), kx = s / ceil(kh / 2), j = s % ceil(kh / 2) (LBO one box row; where 2 j + 1 = kh,
+    // the first tap's zero quad 1): kw ceil(kh / 2) k-steps instead of kh kw.
     int4 wgmma_taps[kMaxWgmmaSteps];
+    int paired_taps;
     // The by-phase plan's k-steps (conv_stats_pool_by_phase_kernel). A k8 slice is two channel quads (k halves) of
     // the relaid box, each a (tap, quad): at C_in <= 4 two taps' quad 0 (5 k-steps for 3 x 3 taps, where the
     // chunks' layout takes 9 with quad 1 all zeros), else one tap's two quads. Per k-step s and phase v:
@@ -1187,11 +1194,16 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         // [n group (4)][k half (2)][8 channels n][4 k] per k-step (a chunk), rounded to TF32, or split into a hi
         // chunk and a lo chunk (SPLIT3); per k-step and phase v the offset of A's first word in the relaid box
         // (16-byte units): channel quad 2 q, phase (v + kx) % 4, word ky BS / 4 + (v + kx) / 4.
-        const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw;
+        const int quads8 = p.quad_groups / 2, kk = p.kh * p.kw, pair_rows = (p.kh + 1) / 2;
         for (int i = tid; i < p.ksteps * 256; i += kThreads) {
-            const int s = i >> 8, k = (i >> 5) & 7, n = i & 31;
-            const int tap = s / quads8, ci = 8 * (s - tap * quads8) + k, co = co0 + n;
-            const float w = (co < p.c_out && ci < p.c_in)
+            const int s = i >> 8, k = (i >> 5) & 7, n = i & 31, co = co0 + n;
+            int tap = s / quads8, ci = 8 * (s - tap * quads8) + k;
+            if (!SPLIT3 && p.paired_taps) {  // k half k >> 2: quad 0 of tap (2 j + k >> 2, kx); past kh, zeros
+                const int kx = s / pair_rows, ky = 2 * (s - kx * pair_rows) + (k >> 2);
+                tap = ky < p.kh ? ky * p.kw + kx : -1;
+                ci = k & 3;
+            }
+            const float w = (tap >= 0 && co < p.c_out && ci < p.c_in)
                                 ? pooling_sign(p, co) * __ldg(p.weight + (static_cast<int64_t>(co) * p.c_in + ci) * kk + tap)
                                 : 0.f;
             const int at = ((n >> 3) * 2 + (k >> 2)) * 32 + (n & 7) * 4 + (k & 3);
@@ -1304,8 +1316,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         if constexpr (WGMMA) {
             // Warpgroup wg's rows u = 64 wg .. 64 wg + 63 of each phase: 64 words into the relaid box.
             const uint32_t wg = warp_uniform(static_cast<uint32_t>(warp >> 2));
-            const uint32_t a_low = (((smem_address(quads) & 0x3ffff) >> 4) + 64 * wg) |
-                                   (static_cast<uint32_t>(4 * p.quad_plane_units) << 16);  // LBO: 4 phase planes
+            const uint32_t a_low = ((smem_address(quads) & 0x3ffff) >> 4) + 64 * wg;  // (LBO: in wgmma_taps)
             if constexpr (SPLIT3)
                 gemm_rs_3xtf32(acc, p.wgmma_taps, p.ksteps, quads + 4 * (16 * warp + g) + t,
                                16 * p.quad_plane_units, weight_descriptor_low(weight_frag));
@@ -2133,7 +2144,8 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     // the GEMM reads: u < kRows / 4 plus the last tap's (ky BS + kx + phase) / 4.
     const int64_t quad_groups = (c_in + 7) / 8 * 2;
     const int64_t plane_units = kRows / 4 + (kh - 1) * (stride / 4) + (kw + 2) / 4;
-    const int64_t ksteps_ss = kh * kw * (quad_groups / 2);
+    const bool paired = !split3 && c_in <= 4;  // Params::paired_taps
+    const int64_t ksteps_ss = paired ? kw * ((kh + 1) / 2) : kh * kw * (quad_groups / 2);
     const size_t bytes_ss = SmemLayout{nt, split3, true}.total(
         static_cast<int>(ksteps_ss), static_cast<int>(c_in), static_cast<int>(pitch),
         static_cast<int>(16 * quad_groups * plane_units), pool_in_registers, P.stage_stride);
@@ -2144,12 +2156,17 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
         P.ksteps = static_cast<int>(ksteps_ss);
         P.quad_groups = static_cast<int>(quad_groups);
         P.quad_plane_units = static_cast<int>(plane_units);
-        const int64_t quads8 = quad_groups / 2;
+        const int64_t quads8 = quad_groups / 2, pair_rows = (kh + 1) / 2;
+        P.paired_taps = paired ? 1 : 0;
         for (int64_t s = 0; s < ksteps_ss; ++s) {
-            const int64_t tap = s / quads8, q = s % quads8, ky = tap / kw, kx = tap % kw;
+            const int64_t tap = s / quads8, q = s % quads8;
+            const int64_t kx = paired ? s / pair_rows : tap % kw, ky = paired ? 2 * (s % pair_rows) : tap / kw;
+            // the LBO from the first k half to the second (TF32 mode; the fp32 mode's A loads add 4 planes)
+            const int64_t lbo = split3 ? 0 : (paired && ky + 1 < kh) ? stride / 4 : 4 * plane_units;
             int off[4];
             for (int64_t v = 0; v < 4; ++v)
-                off[v] = static_cast<int>((8 * q + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4);
+                off[v] = static_cast<int>((8 * q + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4 +
+                                          (lbo << 16));
             P.wgmma_taps[s] = make_int4(off[0], off[1], off[2], off[3]);
         }
         // The TF32 mode's by-phase kernel (conv_stats_pool_by_phase_kernel) for its shape family: 4 conv rows of
