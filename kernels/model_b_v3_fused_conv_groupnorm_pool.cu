@@ -2171,8 +2171,8 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
         }
         // The TF32 mode's by-phase kernel (conv_stats_pool_by_phase_kernel) for its shape family: 4 conv rows of
         // whole 128-wide input rows per tile (N = 128 positions per phase), windows of 4 (the phases), 3 x 3 taps
-        // over at most 8 input channels (9 k-steps; the relay one 16-byte item per thread), 33..64 output channels
-        // (one m64; fewer run the 32-channel chunks, which waste less), TMA bulk copies.
+        // over at most 8 input channels (9 k-steps, 5 at C_in <= 4; the relay one 16-byte item per thread), 33..64
+        // output channels (one m64; fewer run the 32-channel chunks, which waste less), TMA bulk copies.
         if (allow_by_phase && !split3 && pool == 4 && whole_rows && w == 128 && kh == 3 && kw == 3 && c_in <= 8 &&
             c_out > 32 && c_out <= 64 && rows == 4 && quad_groups == 2 && P.bulk_copy) {
             const int steps = phase_steps_plan(P, c_in, kh, kw, stride, plane_units);
