@@ -31,9 +31,9 @@
 //   Tensor cores: TF32 products, fp32 accumulation, on Hopper's warpgroup instruction wgmma (m64n32k8) when
 //   built for sm_90a and the plan allows it (32-channel chunks, BS % 4 == 0, at most 128 k-steps with C_in
 //   padded to 8: the KernelBench size), else on mma.sync m16n8k8. For wgmma each tile's box is relaid once
-//   into channel quads split by phase, which is wgmma's A operand as it stands (relay_box); in the TF32 mode at
-//   C_in <= 4, where a k8 slice's second quad would be zeros, a slice takes two taps' first quads instead
-//   (Params::paired_taps, and the by-phase kernel's Params::phase_b). The fp32-accurate
+//   into channel quads split by phase, which is wgmma's A operand as it stands (relay_box); at C_in <= 4, where a
+//   k8 slice's second quad would be zeros, a slice takes two taps' first quads instead (Params::paired_taps, and
+//   the TF32 by-phase kernel's Params::phase_b). The fp32-accurate
 //   default splits each operand v = hi + lo into two TF32 numbers and adds lo*hi + hi*lo, then hi*hi, into a
 //   partial sum started from zero (per k-step on mma.sync, per three k-steps on wgmma), then adds that to the
 //   accumulator in fp32 ("3xTF32"; the dropped lo*lo is below fp32's rounding); the TF32 mode (allow_tf32)
@@ -178,9 +178,10 @@ struct Params {
     // Per k-step s = (tap (ky, kx), channels 8 q .. 8 q + 7), q fastest, and phase v: the offset of A's first word
     // in the relaid box (16-byte units): channel quad 2 q, phase (v + kx) % 4, word ky BS / 4 + (v + kx) / 4. In the
     // (grid-constant) parameters, the warps load them as uniform values: from shared memory they cost a shuffle each
-    // to reach the uniform registers that wgmma's descriptors come from. The TF32 mode reads A from shared memory
-    // and each entry also holds the LBO to the k8 slice's second channel quad, << 16 (4 phase planes, the next quad).
-    // paired_taps (TF32 mode, C_in <= 4, where quad 1 is all zeros): k-step s instead pairs the quad 0 of taps
+    // to reach the uniform registers that wgmma's descriptors come from. Each entry also holds, << 16, the offset from
+    // the k8 slice's first channel quad to its second (4 phase planes, the next quad): the TF32 mode's LBO, and with
+    // paired_taps the fp32 mode's second A loads (unpaired, they add the 4 planes themselves: 0 there).
+    // paired_taps (C_in <= 4, where quad 1 is all zeros): k-step s instead pairs the quad 0 of taps
     // (2 j, kx) and (2 j + 1, kx), kx = s / ceil(kh / 2), j = s % ceil(kh / 2) (LBO one box row; where 2 j + 1 = kh,
     // the first tap's zero quad 1): kw ceil(kh / 2) k-steps instead of kh kw.
     int4 wgmma_taps[kMaxWgmmaSteps];
@@ -1028,20 +1029,29 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[kMTiles][4][4], const int4*
 
 // The fp32-accurate GEMM of a warpgroup, for one phase and a group of STEPS k-steps: the lane's A fragments
 // from the relaid box (`a_lane` = its first element: word 16 warp + g, float t; a1 is 8 words on, a2 and a3
-// the next quad), split into TF32 hi and lo, and the products lo*hi and hi*lo of the group's k-steps, then
+// the k8 slice's second quad: quad_floats on, or PAIRED, at the offset in the tap entry's high half), split into
+// TF32 hi and lo, and the products lo*hi and hi*lo of the group's k-steps, then
 // their hi*hi (small terms first), into a partial sum started from zero, then one fp32 add to the
 // accumulator: accumulating all k-steps straight into it measured 10 % over PARITY.md's fp32 limit at K = 300
 // on mma.sync, since the tensor core truncates what it adds to a large running sum. Weights per k-step: the
 // hi chunk, then the lo chunk. Each partial sum is waited for before its add (no wait across a branch: C7520).
-template <int STEPS>
+template <int STEPS, bool PAIRED>
 __device__ __forceinline__ void phase_products_3xtf32(float (&acc)[4][4], const float* a_lane, const int4* taps,
                                                       int phase, int quad_floats, uint32_t b_hi0) {
     constexpr uint32_t kChunkUnits = 8 * 32 * sizeof(float) >> 4;  // one chunk (hi or lo), in 16-byte units
     uint32_t hi[STEPS][4], lo[STEPS][4];
 #pragma unroll
     for (int k = 0; k < STEPS; ++k) {
-        const float* a = a_lane + 4 * reinterpret_cast<const int*>(taps + k)[phase];
-        const float x[4] = {a[0], a[32], a[quad_floats], a[quad_floats + 32]};
+        const int entry = reinterpret_cast<const int*>(taps + k)[phase];  // PAIRED: first word | second's offset << 16
+        float x[4];
+        if constexpr (PAIRED) {
+            const float* a = a_lane + 4 * (entry & 0xffff);
+            const float* a2 = a + 4 * (entry >> 16);
+            x[0] = a[0]; x[1] = a[32]; x[2] = a2[0]; x[3] = a2[32];
+        } else {
+            const float* a = a_lane + 4 * entry;
+            x[0] = a[0]; x[1] = a[32]; x[2] = a[quad_floats]; x[3] = a[quad_floats + 32];
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             hi[k][e] = __float_as_uint(tf32_hi(x[e]));
@@ -1067,11 +1077,11 @@ __device__ __forceinline__ void phase_products_3xtf32(float (&acc)[4][4], const 
         for (int e = 0; e < 4; ++e) acc[j][e] += part[j][e];
 }
 
-template <int STEPS>
+template <int STEPS, bool PAIRED>
 __device__ __forceinline__ void step_group_3xtf32(float (&acc)[kMTiles][4][4], const int4* taps, const float* a_lane,
                                                   int quad_floats, uint32_t b_hi0) {
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i) phase_products_3xtf32<STEPS>(acc[i], a_lane, taps, i, quad_floats, b_hi0);
+    for (int i = 0; i < kMTiles; ++i) phase_products_3xtf32<STEPS, PAIRED>(acc[i], a_lane, taps, i, quad_floats, b_hi0);
 }
 
 // k-steps per partial sum (STEPS above): each partial sum costs a wait. Measured on an H100 (KernelBench size,
@@ -1080,6 +1090,7 @@ __device__ __forceinline__ void step_group_3xtf32(float (&acc)[kMTiles][4][4], c
 // configurations x 3 seeds x {+0, +100}; at K = 300 they are smaller than with one k-step per partial sum).
 constexpr int kStepsPerPartial = 3;
 
+template <bool PAIRED>
 __device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], const int4* taps, int ksteps,
                                                const float* a_lane, int quad_floats, uint32_t b_low) {
     constexpr uint32_t kStepUnits = 2 * 8 * 32 * sizeof(float) >> 4;  // a k-step's hi and lo chunks
@@ -1091,11 +1102,13 @@ __device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], cons
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
     int s = 0;
     for (; s + kStepsPerPartial <= ksteps; s += kStepsPerPartial)
-        step_group_3xtf32<kStepsPerPartial>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+        step_group_3xtf32<kStepsPerPartial, PAIRED>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
     const int left = ksteps - s;  // the last, partial group
-    if (kStepsPerPartial > 3 && left == 3) step_group_3xtf32<3>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
-    if (kStepsPerPartial > 2 && left == 2) step_group_3xtf32<2>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
-    if (left == 1) step_group_3xtf32<1>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    if (kStepsPerPartial > 3 && left == 3)
+        step_group_3xtf32<3, PAIRED>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    if (kStepsPerPartial > 2 && left == 2)
+        step_group_3xtf32<2, PAIRED>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
+    if (left == 1) step_group_3xtf32<1, PAIRED>(acc, taps + s, a_lane, quad_floats, b_low + s * kStepUnits);
 }
 #endif
 
@@ -1104,7 +1117,7 @@ __device__ __forceinline__ void gemm_rs_3xtf32(float (&acc)[kMTiles][4][4], cons
 // box). The weight fragments are set up once; the next unit's box is copied while this one computes.
 // WGMMA (NT = 4, sm_90a): the GEMM on wgmma from the relaid box (relay_box); one raw box, whose next copy
 // starts once this tile's box is relaid.
-template <int NT, bool SPLIT3, bool WGMMA>
+template <int NT, bool SPLIT3, bool WGMMA, bool PAIRED = false>
 __global__ void __launch_bounds__(kThreads, 2)
 conv_stats_pool_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1198,7 +1211,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
         for (int i = tid; i < p.ksteps * 256; i += kThreads) {
             const int s = i >> 8, k = (i >> 5) & 7, n = i & 31, co = co0 + n;
             int tap = s / quads8, ci = 8 * (s - tap * quads8) + k;
-            if (!SPLIT3 && p.paired_taps) {  // k half k >> 2: quad 0 of tap (2 j + k >> 2, kx); past kh, zeros
+            if (SPLIT3 ? PAIRED : p.paired_taps != 0) {  // k half k >> 2: quad 0 of tap (2 j + k >> 2, kx); past kh, zeros
                 const int kx = s / pair_rows, ky = 2 * (s - kx * pair_rows) + (k >> 2);
                 tap = ky < p.kh ? ky * p.kw + kx : -1;
                 ci = k & 3;
@@ -1318,8 +1331,8 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
             const uint32_t wg = warp_uniform(static_cast<uint32_t>(warp >> 2));
             const uint32_t a_low = ((smem_address(quads) & 0x3ffff) >> 4) + 64 * wg;  // (LBO: in wgmma_taps)
             if constexpr (SPLIT3)
-                gemm_rs_3xtf32(acc, p.wgmma_taps, p.ksteps, quads + 4 * (16 * warp + g) + t,
-                               16 * p.quad_plane_units, weight_descriptor_low(weight_frag));
+                gemm_rs_3xtf32<PAIRED>(acc, p.wgmma_taps, p.ksteps, quads + 4 * (16 * warp + g) + t,
+                                       16 * p.quad_plane_units, weight_descriptor_low(weight_frag));
             else
                 gemm_ss(acc, p.wgmma_taps, p.ksteps, a_low, weight_descriptor_low(weight_frag));
         }
@@ -2144,7 +2157,7 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
     // the GEMM reads: u < kRows / 4 plus the last tap's (ky BS + kx + phase) / 4.
     const int64_t quad_groups = (c_in + 7) / 8 * 2;
     const int64_t plane_units = kRows / 4 + (kh - 1) * (stride / 4) + (kw + 2) / 4;
-    const bool paired = !split3 && c_in <= 4;  // Params::paired_taps
+    const bool paired = c_in <= 4;  // Params::paired_taps
     const int64_t ksteps_ss = paired ? kw * ((kh + 1) / 2) : kh * kw * (quad_groups / 2);
     const size_t bytes_ss = SmemLayout{nt, split3, true}.total(
         static_cast<int>(ksteps_ss), static_cast<int>(c_in), static_cast<int>(pitch),
@@ -2161,8 +2174,9 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
         for (int64_t s = 0; s < ksteps_ss; ++s) {
             const int64_t tap = s / quads8, q = s % quads8;
             const int64_t kx = paired ? s / pair_rows : tap % kw, ky = paired ? 2 * (s % pair_rows) : tap / kw;
-            // the LBO from the first k half to the second (TF32 mode; the fp32 mode's A loads add 4 planes)
-            const int64_t lbo = split3 ? 0 : (paired && ky + 1 < kh) ? stride / 4 : 4 * plane_units;
+            // from the first k half to the second: one box row, or the next quad (4 phase planes); the fp32 mode's
+            // unpaired A loads add the quad's offset themselves (a plain entry there)
+            const int64_t lbo = (split3 && !paired) ? 0 : (paired && ky + 1 < kh) ? stride / 4 : 4 * plane_units;
             int off[4];
             for (int64_t v = 0; v < 4; ++v)
                 off[v] = static_cast<int>((8 * q + (v + kx) % 4) * plane_units + ky * (stride / 4) + (v + kx) / 4 +
@@ -2193,7 +2207,12 @@ using KernelFn = void (*)(Params);
 
 // The instantiation for a plan's n-tiles and accuracy mode.
 KernelFn kernel_for(const Plan& plan, bool split3) {
-    if (plan.wgmma) return split3 ? conv_stats_pool_kernel<4, true, true> : conv_stats_pool_kernel<4, false, true>;
+    if (plan.wgmma) {  // the fp32 mode's paired taps in an instantiation of their own, which leaves the other plans'
+                       // code as it was (builds that decoded the tap entries in every plan ran the KernelBench size
+                       // 1.2-1.4 % slower on an H100, results/model_b/NOTES.md)
+        if (!split3) return conv_stats_pool_kernel<4, false, true>;
+        return plan.params.paired_taps ? conv_stats_pool_kernel<4, true, true, true> : conv_stats_pool_kernel<4, true, true>;
+    }
     switch (plan.nt) {
         case 1: return split3 ? conv_stats_pool_kernel<1, true, false> : conv_stats_pool_kernel<1, false, false>;
         case 2: return split3 ? conv_stats_pool_kernel<2, true, false> : conv_stats_pool_kernel<2, false, false>;

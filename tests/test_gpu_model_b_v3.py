@@ -315,17 +315,17 @@ def test_by_phase_plan_envelope(h, w, c_in, c_out, k, pool, expected):
     assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, False, device)["by_phase"] == 0
 
 
-@pytest.mark.parametrize("c_in, k, tf32_steps, fp32_steps", [
-    (3, 3, 6, 9), (1, 5, 15, 25), (4, 7, 28, 49),  # TF32: two taps of a column per k8 slice (C_in <= 4)
-    (5, 3, 9, 9), (12, 3, 18, 18),                 # C_in > 4: one tap's channels per k8 slice
+@pytest.mark.parametrize("c_in, k, steps", [
+    (3, 3, 6), (1, 5, 15), (4, 7, 28),  # two taps of a column per k8 slice (C_in <= 4): kw * ceil(kh / 2)
+    (5, 3, 9), (12, 3, 18),             # C_in > 4: one tap's channels per k8 slice
 ])
-def test_chunks_k_steps(c_in, k, tf32_steps, fp32_steps):
-    """The 32-channel chunks on wgmma: at C_in <= 4 the TF32 mode packs the quad 0 of two taps of a column into a k8
-    slice (kw * ceil(kh / 2) k-steps); the fp32 mode, whose A fragments are loaded per quad, keeps one tap per slice."""
+def test_chunks_k_steps(c_in, k, steps):
+    """The 32-channel chunks on wgmma, both modes: at C_in <= 4 a k8 slice takes the quad 0 of two taps of one
+    column (kw * ceil(kh / 2) k-steps, not kh * kw with a zero quad in each)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma GEMM needs an sm_90a build on a compute capability 9.0 GPU")
     device = torch.cuda.current_device()
-    for tf32, steps in ((True, tf32_steps), (False, fp32_steps)):
+    for tf32 in (True, False):
         info = _v3_ext().plan_info(40, 64, 2, c_in, 32, k, k, 2, tf32, device)
         assert info["wgmma"] == 1 and info["by_phase"] == 0
         assert info["k_steps"] == steps, (tf32, info)
@@ -414,8 +414,8 @@ def test_by_phase_statistics_shift_far_from_the_next_tile():
     ([3, 24, 3, 4, (24, 1, 1), 4, -1.0, 1.0], (2, 3, 20, 300), 0, 1),       # tiles across the width
     ([4, 32, 3, 4, (32, 1, 1), 3, -1.0, 1.0], (2, 4, 31, 64), 0, 1),        # pool 3: the general pooling
     ([17, 48, 3, 6, (48, 1, 1), 4, -1.0, 1.0], (2, 17, 22, 128), 0, 1),     # C_in 17: three slices, 7 padded
-    ([1, 32, 3, 4, (32, 1, 1), 2, -1.0, 1.0], (2, 1, 21, 64), 0, 1),        # C_in 1: TF32 pairs taps, 6 k-steps, not 9
-    ([2, 32, 7, 4, (32, 1, 1), 4, -1.0, 1.0], (2, 2, 30, 64), 0, 1),        # C_in 2, k 7: TF32 28 k-steps, not 49
+    ([1, 32, 3, 4, (32, 1, 1), 2, -1.0, 1.0], (2, 1, 21, 64), 0, 1),        # C_in 1: paired taps, 6 k-steps, not 9
+    ([2, 32, 7, 4, (32, 1, 1), 4, -1.0, 1.0], (2, 2, 30, 64), 0, 1),        # C_in 2, k 7: 28 k-steps, not 49
     ([3, 32, 3, 4, (32, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 21), 0, 0),        # BS = 21: mma.sync
     ([3, 16, 3, 4, (16, 1, 1), 2, -1.0, 1.0], (2, 3, 20, 24), 0, 0),        # 16 channels: mma.sync
 ])
