@@ -205,14 +205,15 @@ class ModelNew(nn.Module):
     """Model B fused: v3 with the conv inside the kernel, v1/v2 after cuDNN's conv (module docstring).
 
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``):
-    False is fp32-accurate (PARITY.md's default mode: v3 uses 3xTF32 split products, v1/v2 run
-    cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv.
+    False is fp32-accurate (PARITY.md's default mode: v3 uses split products, 3xTF32 or, in the
+    by-phase kernel, FP16 hi and lo; v1/v2 run cuDNN with TF32 off); True uses single TF32 products
+    (v3) or lets cuDNN pick a TF32 conv.
     ``variant``: "v1", "v2" or "v3" (default).
     ``wgmma`` (keyword, default True): v3 runs its GEMM on ``wgmma`` where the plan allows it
     (sm_90a build, C_out > 16, box row stride a multiple of 4, at most 128 k-steps), in both modes;
     False keeps the ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to
     rounding.
-    ``by_phase`` (keyword, default True): in the TF32 mode, v3 runs the by-phase kernel where its plan
+    ``by_phase`` (keyword, default True): in both modes, v3 runs the by-phase kernel where its plan
     allows it (sm_90a, pool 4, W = 128, a 3 x 3 kernel over at most 8 input channels, 33 to 64 output
     channels: the KernelBench shape family): output channels on ``wgmma``'s M and one warpgroup per
     phase (column mod 4), all channels of a tile in one CTA. False keeps the 32-channel chunks, for

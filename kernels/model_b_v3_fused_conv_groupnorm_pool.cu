@@ -57,6 +57,13 @@
 //   for x - r. Without it the fuzz found the fp32 mode over its bar (4x the float32 yardstick's error) at +100 on
 //   about 1 in 2 500 configurations with few taps (results/model_b/NOTES.md).
 //   The TF32 mode does not shift (like cuDNN's TF32, it is not promised at +100).
+//   The by-phase kernel's fp32 mode (below) splits into FP16 hi + lo instead of TF32: the same 11-bit significand,
+//   so the same accuracy, but a k16 FP16 product takes the tensor cores the time of a k8 TF32 one. Each operand
+//   group is scaled by a power of two (exact) that brings its largest finite magnitude into [2^14, 2^15), so that
+//   FP16's 5-bit exponent neither overflows nor underflows: the input box per tile (after the shift r), the weights
+//   per output channel; the products are scaled back before the statistics and the pooling. The small products of
+//   all k-steps are added first and hi*hi last, so that only 5 products add to the running sum at its full
+//   magnitude (accumulating all three in the tensor cores at once would lose accuracy, results/model_b/NOTES.md).
 //
 // Tiling
 //   A unit of work is one tile of one sample for 8 * NT output channels (NT = 1, 2, 4: C_out <= 8, 16, or
@@ -79,7 +86,7 @@
 //   channel, sm_90, whole input rows, W % 4 = 0, x 16-byte aligned) or else by cp.async with zeros outside
 //   the input; the stage (x-pooled values of all channels, or 8 raw channels).
 //   The KernelBench size takes 83 KB (fp32 mode); two CTAs share an SM.
-//   The by-phase plan (TF32 mode only, the KernelBench shape family: sm_90a, P = 4, W = 128, 3 x 3 taps over
+//   The by-phase plan (both modes, the KernelBench shape family: sm_90a, P = 4, W = 128, 3 x 3 taps over
 //   C_in <= 8, 33 <= C_out <= 64; conv_stats_pool_by_phase_kernel) transposes the GEMM: M = the 64 output
 //   channels (the weights), N = the 128 positions of one phase (column mod 4) of a 4-row tile, one warpgroup per
 //   phase, a CTA of 4 warpgroups per tile and SM. One copy and relay of each box feeds all channels; a window's 4
@@ -312,6 +319,49 @@ __device__ __forceinline__ float tf32_hi(float v) {
     return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
 }
 
+// The by-phase kernel's fp32 mode splits its operands into FP16 hi + lo instead (FP16 has TF32's 11-bit significand,
+// and a k16 FP16 product takes the tensor cores the time of a k8 TF32 one). FP16's 5-bit exponent needs a scale:
+// each operand group is multiplied by a power of two (exact) that brings its largest finite |v| into
+// [2^14, 2^15), so that hi never overflows and lo (about 2^-11 hi) stays normal down to 2^-17 of that largest value.
+// Two floats as FP16, rounded to nearest, in one word: `first` in the low half (the lower address).
+__device__ __forceinline__ uint32_t pack_half2(float first, float second) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(second), "f"(first));  // the first operand goes high
+    return r;
+}
+__device__ __forceinline__ float2 unpack_half2(uint32_t h) {
+    float2 f;
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}" : "=f"(f.x), "=f"(f.y)
+        : "r"(h));
+    return f;
+}
+// (a, b) = hi + lo, each pair packed as pack_half2 packs it; exact to about 2^-22 of each value, as 3xTF32's split.
+__device__ __forceinline__ uint2 split_half2(float a, float b) {
+    const uint32_t hi = pack_half2(a, b);
+    const float2 back = unpack_half2(hi);
+    return make_uint2(hi, pack_half2(a - back.x, b - back.y));
+}
+// |v|'s bits where v is finite, else 0: as unsigned integers these order as the magnitudes do.
+__device__ __forceinline__ uint32_t finite_abs_bits(float v) {
+    const uint32_t a = __float_as_uint(v) & 0x7fffffffu;
+    return a < 0x7f800000u ? a : 0u;
+}
+// e such that 2^e times the largest finite magnitude (its bits: finite_abs_bits) lies in [2^14, 2^15); 0 for 0.
+// Clamped to [-126, 126], so that 2^e and 2^-e are normal floats (only a largest magnitude below 2^-112, or
+// none, meets the clamp: those values stay below 2^14 after scaling).
+__device__ __forceinline__ int fp16_scale_exponent(uint32_t max_bits) {
+    if (max_bits == 0u) return 0;
+    const int binade = static_cast<int>(max_bits >> 23) - 127;  // subnormals: -127
+    const int e = 14 - binade;
+    return e < -126 ? -126 : (e > 126 ? 126 : e);
+}
+// 2^e as a float, for -126 <= e <= 127.
+__device__ __forceinline__ float exp2_int(int e) { return __uint_as_float(static_cast<uint32_t>(127 + e) << 23); }
+// A barrier among the first `threads` threads of the block (a multiple of 32) only: barrier 1 (0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(int threads) {
+    asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory");
+}
+
 // d += a * b for one 16x8x8 tile. Fragments (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
 //   a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4);   b0 (k=t, n=g)  b1 (k=t+4, n=g);
 //   d0 (g, 2t)  d1 (g, 2t+1)  d2 (g+8, 2t)  d3 (g+8, 2t+1).
@@ -392,37 +442,47 @@ __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[4][4], const uint32_t (
           "n"(ACCUMULATE ? 1 : 0));
 }
 
-// The by-phase kernel's product (TF32 mode): D[64 channels][128 positions] (+)= A[64][8] * B[8][128], A the weights
-// (descriptor as the chunked kernel's B: LBO 128 bytes, SBO 256), B the relaid box (as its A: SBO 128 bytes). Per
-// warp, d[j][0..3] are rows (16 warp + g, 16 warp + g + 8) x columns (8 j + 2 t, 8 j + 2 t + 1), as mma.m16n8k8's D.
-template <bool ACCUMULATE>
-__device__ __forceinline__ void wgmma_m64n128_tf32_ss(float (&d)[16][4], uint32_t a_desc_low, uint32_t b_desc_low) {
-    asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %68, 0;\n"
-        "mov.b64 ad, {%64, %66};\nmov.b64 bd, {%65, %67};\n"
-        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, ad, bd, p, 1, 1;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a_desc_low), "r"(b_desc_low), "n"(kWeightDescHigh), "n"(kQuadDescHigh), "n"(ACCUMULATE ? 1 : 0));
+// The by-phase kernel's product: D[64 channels][128 positions] (+)= A[64][K] * B[K][128], A the weights (descriptor
+// as the chunked kernel's B: LBO 128 bytes, SBO 256), B the relaid box (as its A: SBO 128 bytes). Per warp, d[j][0..3]
+// are rows (16 warp + g, 16 warp + g + 8) x columns (8 j + 2 t, 8 j + 2 t + 1), as mma.m16n8k8's D. F16 = false: K = 8
+// TF32 values (two core matrices of 4); F16 = true: K = 16 FP16 values (two core matrices of 8, both K-major), in the
+// same time on the tensor cores and with the same descriptors (a core matrix is 8 rows x 16 bytes either way).
+#define MODEL_B_ACC128(d)                                                                                       \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),     \
+    "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),     \
+    "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),     \
+    "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),     \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),     \
+    "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),   \
+    "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),              \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),              \
+    "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),              \
+    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define MODEL_B_ACC128_LIST                                                                                     \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                                   \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                                          \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                                          \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+template <bool ACCUMULATE, bool F16 = false>
+__device__ __forceinline__ void wgmma_m64n128_ss(float (&d)[16][4], uint32_t a_desc_low, uint32_t b_desc_low) {
+    if constexpr (F16) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %68, 0;\n"
+            "mov.b64 ad, {%64, %66};\nmov.b64 bd, {%65, %67};\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MODEL_B_ACC128_LIST ", ad, bd, p, 1, 1, 0, 0;\n}\n"
+            : MODEL_B_ACC128(d)
+            : "r"(a_desc_low), "r"(b_desc_low), "n"(kWeightDescHigh), "n"(kQuadDescHigh), "n"(ACCUMULATE ? 1 : 0));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 ad, bd;\nsetp.ne.b32 p, %68, 0;\n"
+            "mov.b64 ad, {%64, %66};\nmov.b64 bd, {%65, %67};\n"
+            "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " MODEL_B_ACC128_LIST ", ad, bd, p, 1, 1;\n}\n"
+            : MODEL_B_ACC128(d)
+            : "r"(a_desc_low), "r"(b_desc_low), "n"(kWeightDescHigh), "n"(kQuadDescHigh), "n"(ACCUMULATE ? 1 : 0));
+    }
 }
+#undef MODEL_B_ACC128
+#undef MODEL_B_ACC128_LIST
 
 // x as a warp-uniform value, so that the descriptors computed from it may live in uniform registers (the
 // warp must be converged).
@@ -926,6 +986,49 @@ __device__ __forceinline__ void relay_item(const Params& p, const float* raw, fl
     dst[plane] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
     dst[2 * plane] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
     dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+}
+
+// The by-phase kernel's fp32-mode relay item: 16-byte word f of the box rows (4 positions) in all 8 channels (C_in <= 8:
+// one octet of FP16 values per position), x - r(n, ci) with r = shift[ci], scaled by the box's power of two and split
+// into FP16 hi and lo (split_half2); position j of the word (phase j) lands at word j * plane + f of the hi box and of
+// the lo box `lo_offset` floats on. The scale needs the largest finite |x - r| of the whole box, so the relay warps
+// (the block's first `threads` threads; `items` of them have a word) reduce it through warp_max behind a barrier of
+// their own, and thread 0 records the exponent (fp16_scale_exponent) for the epilogue.
+__device__ __forceinline__ void relay_split_item(const Params& p, const float* raw, float* octets, int lo_offset,
+                                                 const float* shift, uint32_t* warp_max, int* exponent, int f,
+                                                 int items, int threads) {
+    const bool mine = static_cast<int>(threadIdx.x) < items;
+    float4 c[8];
+    uint32_t m = 0u;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const bool real = mine && k < p.c_in;  // padded channels stay zero
+        c[k] = real ? *reinterpret_cast<const float4*>(raw + k * p.box_pitch + 4 * f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float r = real ? shift[k] : 0.f;
+        c[k] = make_float4(c[k].x - r, c[k].y - r, c[k].z - r, c[k].w - r);
+        m = max(m, max(max(finite_abs_bits(c[k].x), finite_abs_bits(c[k].y)),
+                       max(finite_abs_bits(c[k].z), finite_abs_bits(c[k].w))));
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+    named_barrier_sync(threads);
+    for (int i = 0; i < threads / 32; ++i) m = max(m, warp_max[i]);
+    const int e = fp16_scale_exponent(m);
+    if (threadIdx.x == 0) *exponent = e;
+    if (!mine) return;
+    const float sc = exp2_int(e);
+    const int plane = p.quad_plane_units;
+    uint4* hi = reinterpret_cast<uint4*>(octets) + f;
+    uint4* lo = reinterpret_cast<uint4*>(octets + lo_offset) + f;
+    const auto at = [](const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; };
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint2 h[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) h[q] = split_half2(at(c[2 * q], j) * sc, at(c[2 * q + 1], j) * sc);
+        hi[j * plane] = make_uint4(h[0].x, h[1].x, h[2].x, h[3].x);
+        lo[j * plane] = make_uint4(h[0].y, h[1].y, h[2].y, h[3].y);
+    }
 }
 
 // Relays the box rows this tile reads, one relay_item per (quad, f), walked by the CTA's kThreads threads with f
@@ -1498,9 +1601,9 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel 1, by-phase plan: output channels as wgmma's M, one warpgroup per phase (TF32 mode)
+// Kernel 1, by-phase plan: output channels as wgmma's M, one warpgroup per phase (both modes)
 // ---------------------------------------------------------------------------------------------
-// The plan for the KernelBench shape family in the TF32 mode (make_plan: sm_90a, P = 4, whole input rows of
+// The plan for the KernelBench shape family (make_plan: sm_90a, P = 4, whole input rows of
 // W = 128, kernel 3 x 3, C_in <= 8, 32 < C_out <= 64). The chunked kernel above puts positions on the GEMM's M
 // and 32 channels on N, so two CTAs per tile each copy, relay and multiply the same input box. Here the GEMM is
 // transposed: M = the 64 output channels (the weights, wgmma's A, from shared memory), N = 128 positions, K as
@@ -1520,9 +1623,17 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // Where a slice's two halves lie in the other order for some phase, that phase's A is a copy of the weight block
 // with its k halves swapped (Params::phase_b, phase_a). The run of record (results/model_b/timing.csv) times the
 // model with this kernel and with the chunked one.
+//   fp32 mode (SPLIT): the operands are FP16 hi and lo (split_half2), K in k16 slices of two taps' 8 channels (one
+// octet: the paired plan's tables, 5 k-steps at any C_in <= 8), 15 m64n128k16 products per k-step set: w_lo x_hi
+// and w_hi x_lo of every k-step, then w_hi x_hi. Shared memory holds hi and lo weight blocks and, per relaid buffer,
+// a hi and a lo box (the same bytes as the TF32 layout's two quads). The relay subtracts r(n, ci) (input_shift,
+// computed by warp 14 for the box two tiles ahead) and finds the box's scale among the relay warps (a barrier of
+// their own, named_barrier_sync); the epilogue scales the accumulators back, then runs as in the TF32 mode.
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
 constexpr int kPhaseCopyWarp = 15;                       // issues the input boxes' bulk copies inside the tile loop
+constexpr int kPhaseShiftWarp = 14;                      // fp32 mode: computes the input shifts r(n, ci) of box t + 2
 constexpr int kPhasePairedSteps = 5;                     // k-steps at C_in <= 4 (3 x 3 taps, two per k8 slice)
+constexpr int kPhasePairedBlocks = 6;                    // weight blocks of the paired plan (the fp32 mode's, hi and lo)
 constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
                                                          // the lanes' 8-byte stores fall in distinct banks
 constexpr int kPhaseStagePlane = 64 * kPhaseStageStride; // floats per phase of the stage
@@ -1571,15 +1682,16 @@ __device__ __forceinline__ void phase_lane_plain_sums(const float (&acc)[16][4],
 }
 #endif
 
-template <int KSTEPS>
+template <int KSTEPS, bool SPLIT>
 __global__ void __launch_bounds__(kPhaseThreads, 1)
 conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 #if defined(MODEL_B_WGMMA)
+    static_assert(!SPLIT || KSTEPS == kPhasePairedSteps, "the fp32 mode runs the paired plan (FP16 octets)");
     // Weight blocks: at kPhaseMaxSteps, block s is k-step s for every phase (phase_steps_plan checks it), so A's
     // offsets are immediates (a build that looked them up there ran 1.4 % slower at the KernelBench size on an
     // H100, results/model_b/NOTES.md); else up to kPhaseMaxBlocks, looked up per k-step and phase.
     constexpr bool kTableA = KSTEPS != kPhaseMaxSteps;
-    constexpr int kBlocks = kTableA ? kPhaseMaxBlocks : kPhaseMaxSteps;
+    constexpr int kBlocks = SPLIT ? 2 * kPhasePairedBlocks : kTableA ? kPhaseMaxBlocks : kPhaseMaxSteps;
     // Shared memory: the weights as wgmma's A core matrices, kBlocks blocks ([8 channel groups][2 k halves][8][4],
     // 2 KB, TF32), two raw boxes (the bulk copies land there: box k in raw box k % 2), two relaid boxes (this
     // tile's, read by wgmma, and the next one's, written by the relay meanwhile), two stages (this tile's y-pooled
@@ -1594,6 +1706,12 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     __shared__ float4 phase_stats[2][4][64];  // per tile parity, phase and channel: (centre, mean - centre, M2, count)
     __shared__ float tile_shift[2][64];       // per tile parity and channel: the statistics' shift
     __shared__ __align__(8) uint64_t box_landed[2];  // per raw box: box k completes phase k / 2 of box_landed[k % 2]
+    // fp32 mode (SPLIT): per box parity, r(n, ci) (input_shift) and the box's FP16 scale exponent; per channel, the
+    // weights' scale exponent; per relay warp, its largest finite |x - r| (finite_abs_bits).
+    __shared__ float box_shift[SPLIT ? 2 : 1][8];
+    __shared__ int box_exponent[2];
+    __shared__ int weight_exponent[SPLIT ? 64 : 1];
+    __shared__ uint32_t relay_max[kPhaseThreads / 32];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int v = static_cast<int>(warp_uniform(static_cast<uint32_t>(warp >> 2)));  // the warpgroup's phase
@@ -1616,8 +1734,40 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         const UnitPos second = advance(p, pos);
         if (second.n < batch) load_box_bulk(p, raw + box_floats, &box_landed[1], second.n, second.ty, kPhaseCopyWarp);
     }
-    {
-        const int kk = p.kh * p.kw;
+    const int kk = p.kh * p.kw;
+    if constexpr (SPLIT) {
+        // Per channel, the weights' FP16 scale; the input shifts of the first two boxes (warps 2 and 3).
+        if (tid < 64) {
+            uint32_t m = 0u;
+            if (tid < p.c_out)
+                for (int i = 0; i < p.c_in * kk; ++i)
+                    m = max(m, finite_abs_bits(__ldg(p.weight + static_cast<int64_t>(tid) * p.c_in * kk + i)));
+            weight_exponent[tid] = fp16_scale_exponent(m);
+        } else if (tid >= 64 && tid < 64 + p.c_in) {
+            box_shift[0][tid - 64] = input_shift(p, pos.n, tid - 64);
+        } else if (tid >= 96 && tid < 96 + p.c_in) {
+            const UnitPos second = advance(p, pos);
+            if (second.n < batch) box_shift[1][tid - 96] = input_shift(p, second.n, tid - 96);
+        }
+        __syncthreads();
+        // The weights as FP16 hi (blocks 0..5) and lo (blocks 6..11), [8 channel groups][2 k halves][8][8 halves].
+        for (int i = tid; i < p.phase_blocks * 512; i += kPhaseThreads) {
+            const int b = i >> 9, c = (i >> 3) & 63, k = 2 * (i & 7);  // a pair of k values: one word
+            const int half = (k >> 3) ? p.phase_halves[b].y : p.phase_halves[b].x;  // tap * 2 + octet, or -1
+            const int tap = half >> 1, ci = 8 * (half & 1) + (k & 7);
+            float wv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                wv[e] = (half >= 0 && c < p.c_out && ci + e < p.c_in)
+                            ? pooling_sign(p, c) * __ldg(p.weight + (static_cast<int64_t>(c) * p.c_in + ci + e) * kk + tap)
+                            : 0.f;
+            const float sc = exp2_int(weight_exponent[c]);
+            const uint2 split = split_half2(wv[0] * sc, wv[1] * sc);
+            const int word = b * 512 + ((c >> 3) * 2 + (k >> 3)) * 32 + (c & 7) * 4 + ((k & 7) >> 1);
+            reinterpret_cast<uint32_t*>(weights)[word] = split.x;
+            reinterpret_cast<uint32_t*>(weights)[word + kPhasePairedBlocks * 512] = split.y;
+        }
+    } else {
         for (int i = tid; i < p.phase_blocks * 512; i += kPhaseThreads) {
             const int b = i >> 9, c = (i >> 3) & 63, k = i & 7;
             const int half = (k >> 2) ? p.phase_halves[b].y : p.phase_halves[b].x;  // tap * 2 + quad, or -1
@@ -1647,12 +1797,19 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
-    const auto relay = [&](const float* raw_box, float* dst_box) {
-        if (tid < relay_items) relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
+    const int relay_threads = (relay_words + 31) / 32 * 32;  // fp32 mode: the warps that relay (one octet per word)
+    const auto relay = [&](const float* raw_box, float* dst_box, int slot) {  // slot: the box's parity
+        if constexpr (SPLIT) {
+            if (tid < relay_threads)
+                relay_split_item(p, raw_box, dst_box, quad_floats / 2, box_shift[slot], relay_max, &box_exponent[slot],
+                                 tid, relay_words, relay_threads);
+        } else if (tid < relay_items) {
+            relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
+        }
     };
 
     mbarrier_wait(&box_landed[0], 0);
-    relay(raw, quads);
+    relay(raw, quads, 0);
     fence_proxy_async();
     __syncthreads();
     const uint32_t w_low = weight_descriptor_low(weights);
@@ -1676,12 +1833,32 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         float acc[16][4];
         const uint32_t qb = warp_uniform(q_low + static_cast<uint32_t>(buf * (quad_floats / 4)));
         wgmma_fence();
+        if constexpr (SPLIT) {
+            // fp32 mode: the small products (w_lo x_hi, w_hi x_lo) of every k-step first, then w_hi x_hi, so that
+            // only these 5 add to the running sum at its full magnitude (the tensor cores truncate what they add to
+            // it there, results/model_b/NOTES.md).
+            constexpr uint32_t kLoWeights = kPhasePairedBlocks * 128;        // 16-byte units
+            const uint32_t lo_box = static_cast<uint32_t>(quad_floats / 8);  // 16-byte units
 #pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-            const uint32_t a = w_low + static_cast<uint32_t>(kTableA ? a_steps[4 * s + v] : 128 * s);
-            const uint32_t b = qb + static_cast<uint32_t>(b_steps[4 * s + v]);
-            if (s == 0) wgmma_m64n128_tf32_ss<false>(acc, a, b);
-            else wgmma_m64n128_tf32_ss<true>(acc, a, b);
+            for (int s = 0; s < KSTEPS; ++s) {
+                const uint32_t a = w_low + static_cast<uint32_t>(a_steps[4 * s + v]);
+                const uint32_t b = qb + static_cast<uint32_t>(b_steps[4 * s + v]);
+                if (s == 0) wgmma_m64n128_ss<false, true>(acc, a + kLoWeights, b);
+                else wgmma_m64n128_ss<true, true>(acc, a + kLoWeights, b);
+                wgmma_m64n128_ss<true, true>(acc, a, b + lo_box);
+            }
+#pragma unroll
+            for (int s = 0; s < KSTEPS; ++s)
+                wgmma_m64n128_ss<true, true>(acc, w_low + static_cast<uint32_t>(a_steps[4 * s + v]),
+                                             qb + static_cast<uint32_t>(b_steps[4 * s + v]));
+        } else {
+#pragma unroll
+            for (int s = 0; s < KSTEPS; ++s) {
+                const uint32_t a = w_low + static_cast<uint32_t>(kTableA ? a_steps[4 * s + v] : 128 * s);
+                const uint32_t b = qb + static_cast<uint32_t>(b_steps[4 * s + v]);
+                if (s == 0) wgmma_m64n128_ss<false>(acc, a, b);
+                else wgmma_m64n128_ss<true>(acc, a, b);
+            }
         }
         wgmma_commit();
         // Box t + 2 into raw box t % 2, which held box t (relaid before the last barrier). Warp 15 issues it: its
@@ -1689,15 +1866,39 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         // about 1 600 cycles on an H100, results/model_b/NOTES.md).
         {
             const UnitPos after_next = advance(p, next);
-            if (has_next && after_next.n < batch)
+            if (has_next && after_next.n < batch) {
                 load_box_bulk(p, raw + buf * box_floats, &box_landed[buf], after_next.n, after_next.ty, kPhaseCopyWarp);
+                if constexpr (SPLIT)  // its r(n, ci), in box t's slot (read by box t's relay before the last barrier)
+                    if (warp == kPhaseShiftWarp && lane < p.c_in) box_shift[buf][lane] = input_shift(p, after_next.n, lane);
+            }
         }
         if (has_next) {  // box t + 1: raw box (t + 1) % 2, its use (t + 1) / 2 of that mbarrier
             mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
-            relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats);
+            relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats, buf ^ 1);
             fence_proxy_async();
         }
         wgmma_wait<0>();
+        if constexpr (SPLIT) {
+            // fp32 mode: the products are 2^(box exponent + channel's weight exponent) times the conv of x - r;
+            // scaled back here (exact), in one multiply where that power of two is a normal float.
+            const int ex = box_exponent[buf], ew0 = weight_exponent[16 * w + g], ew1 = weight_exponent[16 * w + g + 8];
+            const int s0 = ex + ew0, s1 = ex + ew1;
+            const auto scale_back = [&](float f0, float f1) {  // rows g (channel 16 w + g) and g + 8
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    acc[j][0] *= f0;
+                    acc[j][1] *= f0;
+                    acc[j][2] *= f1;
+                    acc[j][3] *= f1;
+                }
+            };
+            if (__all_sync(0xffffffffu, s0 >= -127 && s0 <= 126 && s1 >= -127 && s1 <= 126)) {
+                scale_back(exp2_int(-s0), exp2_int(-s1));
+            } else {
+                scale_back(exp2_int(-ex), exp2_int(-ex));
+                scale_back(exp2_int(-ew0), exp2_int(-ew1));
+            }
+        }
 
         // Statistics of the lane's two channels, shifted by c (one pass; a second one about the warp's own mean
         // where c is more than a standard deviation off or the sums are not finite), reduced over the quad's 4
@@ -1997,7 +2198,7 @@ struct Plan {
     int nt = 4;
     bool wgmma = false;  // the GEMM on wgmma from the relaid box
     size_t smem_bytes = 0;
-    bool by_phase = false;  // the TF32 mode's by-phase kernel applies (where x is 16-byte aligned)
+    bool by_phase = false;  // the by-phase kernel applies (where x is 16-byte aligned)
     int phase_steps = 0;    // its k-steps (kPhasePairedSteps or kPhaseMaxSteps)
     size_t phase_smem_bytes = 0;
     std::string problem;  // empty when v3 applies
@@ -2016,12 +2217,15 @@ inline size_t phase_smem_bytes(int64_t blocks, int64_t c_in, int64_t pitch, int6
 // same column in two rows (the same phase plane for every phase, the lower row first); the last, odd one pairs
 // with its own quad 1 (zeros). Else each tap's quads 0 and 1. Returns the number of k-steps, or 0 where they or
 // their weight blocks would not fit the tables.
-int phase_steps_plan(Params& P, int64_t c_in, int64_t kh, int64_t kw, int64_t stride, int64_t plane_units) {
+int phase_steps_plan(Params& P, int64_t c_in, int64_t kh, int64_t kw, int64_t stride, int64_t plane_units,
+                     bool octets = false) {
     std::vector<int> halves;  // tap * 2 + quad
-    if (c_in <= 4) {
+    if (c_in <= 4 || octets) {  // (octets: the fp32 mode's FP16 relaid box, 8 channels per 16 bytes, as one quad)
         for (int64_t kx = 0; kx < kw; ++kx)
             for (int64_t ky = 0; ky < kh; ++ky) halves.push_back(static_cast<int>(2 * (ky * kw + kx)));
-        if (halves.size() % 2) halves.push_back(halves.back() + 1);
+        // The odd one out pairs with its own quad 1, all zeros in the TF32 layout. The octet layout has no zero
+        // quad (the lo box lies there), so its pair is marked -1: the same words again (LBO 0), zero weights.
+        if (halves.size() % 2) halves.push_back(octets ? -1 : halves.back() + 1);
     } else {
         for (int64_t tap = 0; tap < kh * kw; ++tap) {
             halves.push_back(static_cast<int>(2 * tap));
@@ -2046,8 +2250,9 @@ int phase_steps_plan(Params& P, int64_t c_in, int64_t kh, int64_t kw, int64_t st
         int b_off[4], a_off[4];
         for (int64_t v = 0; v < 4; ++v) {
             int first = halves[2 * s], second = halves[2 * s + 1];
-            if (word(second, v) < word(first, v)) std::swap(first, second);  // wgmma's LBO is unsigned
-            b_off[v] = static_cast<int>(word(first, v) | ((word(second, v) - word(first, v)) << 16));
+            if (second >= 0 && word(second, v) < word(first, v)) std::swap(first, second);  // wgmma's LBO is unsigned
+            const int64_t lbo = second >= 0 ? word(second, v) - word(first, v) : 0;
+            b_off[v] = static_cast<int>(word(first, v) | (lbo << 16));
             a_off[v] = 128 * block_of(first, second);
         }
         P.phase_b[s] = make_int4(b_off[0], b_off[1], b_off[2], b_off[3]);
@@ -2183,17 +2388,21 @@ Plan make_plan(int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t kh, in
                                           (lbo << 16));
             P.wgmma_taps[s] = make_int4(off[0], off[1], off[2], off[3]);
         }
-        // The TF32 mode's by-phase kernel (conv_stats_pool_by_phase_kernel) for its shape family: 4 conv rows of
+        // The by-phase kernel (conv_stats_pool_by_phase_kernel) for its shape family: 4 conv rows of
         // whole 128-wide input rows per tile (N = 128 positions per phase), windows of 4 (the phases), 3 x 3 taps
         // over at most 8 input channels (9 k-steps, 5 at C_in <= 4; the relay one 16-byte item per thread), 33..64
         // output channels (one m64; fewer run the 32-channel chunks, which waste less), TMA bulk copies.
-        if (allow_by_phase && !split3 && pool == 4 && whole_rows && w == 128 && kh == 3 && kw == 3 && c_in <= 8 &&
+        // The fp32 mode's by-phase kernel splits its operands into FP16 hi and lo (k16 products, 8 channels per
+        // 16 bytes): always the paired plan, with hi and lo weight blocks.
+        if (allow_by_phase && pool == 4 && whole_rows && w == 128 && kh == 3 && kw == 3 && c_in <= 8 &&
             c_out > 32 && c_out <= 64 && rows == 4 && quad_groups == 2 && P.bulk_copy) {
-            const int steps = phase_steps_plan(P, c_in, kh, kw, stride, plane_units);
-            const int blocks = steps == kPhaseMaxSteps ? kPhaseMaxSteps : kPhaseMaxBlocks;  // the kernel's kBlocks
+            const int steps = phase_steps_plan(P, c_in, kh, kw, stride, plane_units, split3);
+            const int blocks = split3 ? 2 * kPhasePairedBlocks
+                                      : steps == kPhaseMaxSteps ? kPhaseMaxSteps : kPhaseMaxBlocks;  // the kBlocks
             const size_t phase_bytes = phase_smem_bytes(blocks, c_in, pitch, quad_groups, plane_units);
-            if ((steps == kPhasePairedSteps || steps == kPhaseMaxSteps) &&  // the kernel's instantiations
-                static_cast<int64_t>(phase_bytes) <= limits.smem_optin - kPhaseStaticSmem) {
+            const bool instantiated = split3 ? steps == kPhasePairedSteps && P.phase_blocks <= kPhasePairedBlocks
+                                             : steps == kPhasePairedSteps || steps == kPhaseMaxSteps;
+            if (instantiated && static_cast<int64_t>(phase_bytes) <= limits.smem_optin - kPhaseStaticSmem) {
                 plan.by_phase = true;
                 plan.phase_steps = steps;
                 plan.phase_smem_bytes = phase_bytes;
@@ -2220,10 +2429,11 @@ KernelFn kernel_for(const Plan& plan, bool split3) {
     }
 }
 
-// The by-phase kernel's instantiation for the plan's k-steps.
-KernelFn phase_kernel_for(const Plan& plan) {
-    return plan.phase_steps == kPhasePairedSteps ? conv_stats_pool_by_phase_kernel<kPhasePairedSteps>
-                                                 : conv_stats_pool_by_phase_kernel<kPhaseMaxSteps>;
+// The by-phase kernel's instantiation for the plan's k-steps and accuracy mode.
+KernelFn phase_kernel_for(const Plan& plan, bool split3) {
+    if (split3) return conv_stats_pool_by_phase_kernel<kPhasePairedSteps, true>;
+    return plan.phase_steps == kPhasePairedSteps ? conv_stats_pool_by_phase_kernel<kPhasePairedSteps, false>
+                                                 : conv_stats_pool_by_phase_kernel<kPhaseMaxSteps, false>;
 }
 
 // CTAs of `kernel` (blocks of `threads`) with `smem` bytes of dynamic shared memory that fit on the device at once,
@@ -2258,9 +2468,10 @@ int64_t grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
 }
 
 // CTAs of the by-phase kernel's persistent grid (one per SM at the KernelBench size), at most one per tile.
-int64_t phase_grid_ctas(const Plan& plan, int64_t batch, int device) {
+int64_t phase_grid_ctas(const Plan& plan, int64_t batch, bool split3, int device) {
     const int64_t tiles = batch * plan.params.tiles_y * plan.params.tiles_x;
-    return std::min<int64_t>(tiles, resident_ctas(phase_kernel_for(plan), kPhaseThreads, device, plan.phase_smem_bytes));
+    return std::min<int64_t>(tiles, resident_ctas(phase_kernel_for(plan, split3), kPhaseThreads, device,
+                                                  plan.phase_smem_bytes));
 }
 
 std::string unsupported_reason(int64_t h, int64_t w, int64_t batch, int64_t c_in, int64_t c_out, int64_t kh,
@@ -2338,13 +2549,13 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const bool phases = plan.by_phase && P.bulk_copy;  // (bulk copies need x 16-byte aligned)
     if (phases) P.chunks = 1;                           // a CTA takes all channels of a tile
     const int64_t tiles_per_sample = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
-    const int64_t ctas = phases ? phase_grid_ctas(plan, N, device) : grid_ctas(plan, N, split3, device);
+    const int64_t ctas = phases ? phase_grid_ctas(plan, N, split3, device) : grid_ctas(plan, N, split3, device);
     const int64_t unit_stride = ctas / P.chunks, stride_tile = unit_stride % tiles_per_sample;
     P.step_n = static_cast<int>(unit_stride / tiles_per_sample);
     P.step_ty = static_cast<int>(stride_tile / P.tiles_x);
     P.step_tx = static_cast<int>(stride_tile % P.tiles_x);
     if (phases)
-        phase_kernel_for(plan)<<<static_cast<unsigned>(ctas), kPhaseThreads, plan.phase_smem_bytes, stream>>>(P);
+        phase_kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kPhaseThreads, plan.phase_smem_bytes, stream>>>(P);
     else
         kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -2370,7 +2581,7 @@ std::map<std::string, int64_t> plan_info(int64_t h, int64_t w, int64_t batch, in
                 {"tiles_per_sample", tiles}, {"channel_chunks", 1}, {"n_tiles", 8}, {"k_steps", plan.phase_steps},
                 {"smem_bytes", static_cast<int64_t>(plan.phase_smem_bytes)}, {"pool_in_registers", 1},
                 {"bulk_copy", 1},
-                {"ctas", phase_grid_ctas(plan, batch, static_cast<int>(device))},
+                {"ctas", phase_grid_ctas(plan, batch, !allow_tf32, static_cast<int>(device))},
                 {"gemm_rows_per_cta", kRows}, {"wgmma", 1}, {"by_phase", 1},
                 {"phase_weight_blocks", P.phase_blocks}};
     return {{"tile_rows", P.tile_rows}, {"tile_cols", P.tile_cols}, {"box_stride", P.box_stride},

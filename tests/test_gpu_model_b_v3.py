@@ -276,7 +276,7 @@ def test_fp32_mode_plane_with_a_few_elements_far_from_the_rest(case):
 
 
 def test_plan_info_at_kernelbench_size():
-    info = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, False, torch.cuda.current_device())
+    info = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, False, torch.cuda.current_device(), by_phase=False)
     # Four conv rows of the whole 128-wide input per tile: 512 GEMM rows, 32 tiles for 126 rows.
     assert (info["tile_rows"], info["box_stride"], info["tile_cols"]) == (4, 128, 126)
     assert info["tiles_per_sample"] == 32 and info["channel_chunks"] == 2 and info["k_steps"] == 9
@@ -289,12 +289,17 @@ def test_plan_info_at_kernelbench_size():
     assert tf32["wgmma"] == hopper and tf32["k_steps"] == 9
     assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device(),
                                wgmma=False)["wgmma"] == 0
-    # The TF32 mode takes the by-phase kernel there (one CTA per tile and SM, all 64 channels); fp32 does not.
-    assert info["by_phase"] == 0 and tf32["by_phase"] == hopper
+    # Both modes take the by-phase kernel there (one CTA per tile and SM, all 64 channels): TF32 in 9 k8 steps,
+    # fp32 in 5 k16 steps of FP16 hi and lo products.
+    fp32 = _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, False, torch.cuda.current_device())
+    assert info["by_phase"] == 0 and tf32["by_phase"] == hopper and fp32["by_phase"] == hopper
     if hopper:
-        assert tf32["channel_chunks"] == 1 and tf32["ctas"] == torch.cuda.get_device_properties(0).multi_processor_count
-    assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, True, torch.cuda.current_device(),
-                               by_phase=False)["by_phase"] == 0
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert tf32["channel_chunks"] == 1 and tf32["ctas"] == sms
+        assert fp32["channel_chunks"] == 1 and fp32["ctas"] == sms and fp32["k_steps"] == 5
+    for allow_tf32 in (True, False):
+        assert _v3_ext().plan_info(128, 128, 128, 8, 64, 3, 3, 4, allow_tf32, torch.cuda.current_device(),
+                                   by_phase=False)["by_phase"] == 0
 
 
 @pytest.mark.parametrize("h, w, c_in, c_out, k, pool, expected", [
@@ -308,11 +313,11 @@ def test_plan_info_at_kernelbench_size():
     (128, 128, 8, 64, 3, 2, 0),   # pool 2
 ])
 def test_by_phase_plan_envelope(h, w, c_in, c_out, k, pool, expected):
-    """Where the TF32 mode takes the by-phase kernel (on an sm_90a build; never in the fp32 mode)."""
+    """Where both modes take the by-phase kernel (on an sm_90a build)."""
     hopper = torch.cuda.get_device_capability() == (9, 0)
     device = torch.cuda.current_device()
-    assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, True, device)["by_phase"] == expected * hopper
-    assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, False, device)["by_phase"] == 0
+    for allow_tf32 in (True, False):
+        assert _v3_ext().plan_info(h, w, 2, c_in, c_out, k, k, pool, allow_tf32, device)["by_phase"] == expected * hopper
 
 
 @pytest.mark.parametrize("c_in, k, steps", [
@@ -336,12 +341,15 @@ def test_chunks_k_steps(c_in, k, steps):
     (5, 9, 9), (8, 9, 9),             # one tap's two quads per k8 slice
 ])
 def test_by_phase_k_steps(c_in, k_steps, blocks):
-    """At C_in <= 4 the by-phase kernel packs two taps into a k8 slice: 5 k-steps for 3 x 3 taps, not 9."""
+    """At C_in <= 4 the by-phase kernel packs two taps into a k8 slice: 5 k-steps for 3 x 3 taps, not 9. The fp32
+    mode's FP16 k16 slices hold two taps of up to 8 channels: 5 k-steps and 6 weight blocks (hi and lo) at any C_in."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
     info = _v3_ext().plan_info(128, 128, 2, c_in, 64, 3, 3, 4, True, torch.cuda.current_device())
     assert info["by_phase"] == 1
     assert (info["k_steps"], info["phase_weight_blocks"]) == (k_steps, blocks)
+    fp32 = _v3_ext().plan_info(128, 128, 2, c_in, 64, 3, 3, 4, False, torch.cuda.current_device())
+    assert (fp32["by_phase"], fp32["k_steps"], fp32["phase_weight_blocks"]) == (1, 5, 6)
 
 
 @pytest.mark.parametrize("init, shape", [
@@ -354,41 +362,48 @@ def test_by_phase_k_steps(c_in, k_steps, blocks):
     ([8, 33, 3, 11, (33, 1, 1), 4, -2.0, -0.1], (2, 8, 7, 128)),       # 33 channels, negative bounds
     ([1, 64, 3, 4, (64, 1, 1), 4, 0.2, 0.9], (2, 1, 6, 128)),          # C_in 1, one tile
 ])
-def test_by_phase_against_the_chunks(init, shape):
-    """The by-phase kernel (TF32 mode) passes parity, and agrees with the 32-channel chunks far below TF32's
-    error: both multiply the same TF32 operands and differ in the order of the sums. Inputs shifted by +100
-    (not judged against float64 in the TF32 mode) must agree as well: the statistics' shifts at work."""
+@pytest.mark.parametrize("mode", ["tf32", "fp32"])
+def test_by_phase_against_the_chunks(init, shape, mode):
+    """The by-phase kernel passes parity and agrees with the 32-channel chunks. TF32 mode: far below TF32's error
+    (both multiply the same TF32 operands, in another order); inputs shifted by +100 (not judged against float64
+    there) must agree as well: the statistics' shifts at work. fp32 mode (FP16 hi and lo products against the
+    chunks' 3xTF32): both judged against float64 at +0 and +100, and agreeing to 1e-6 at +0, +100 and -7."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
     torch.manual_seed(2)
     model = B.Model(*init).cuda()
-    fused = {"v3 tf32 by phase": B.ModelNew(*init, allow_tf32=True).cuda(),
-             "v3 tf32 chunks": B.ModelNew(*init, allow_tf32=True, by_phase=False).cuda()}
-    info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], True,
+    tf32 = mode == "tf32"
+    fused = {f"v3 {mode} by phase": B.ModelNew(*init, allow_tf32=tf32).cuda(),
+             f"v3 {mode} chunks": B.ModelNew(*init, allow_tf32=tf32, by_phase=False).cuda()}
+    info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], tf32,
                                torch.cuda.current_device())
     assert info["by_phase"] == 1
     draw = lambda seed: [torch.rand(shape, device="cuda")]
-    helpers.parity_sweep(model, fused, draw, seeds=(31, 32), shifts=(0.0,), tf32=set(fused))
+    report = helpers.parity_sweep(model, fused, draw, seeds=(31, 32), shifts=(0.0,) if tf32 else (0.0, 100.0),
+                                  tf32=set(fused) if tf32 else ())
+    assert report[report.contender.isin(list(fused))].passed.all()
     for shift in (0.0, 100.0, -7.0):
         x = draw(0)[0] + shift
         with torch.no_grad():
-            by_phase, chunks = fused["v3 tf32 by phase"](x), fused["v3 tf32 chunks"](x)
+            by_phase, chunks = fused[f"v3 {mode} by phase"](x), fused[f"v3 {mode} chunks"](x)
         assert not torch.isnan(by_phase).any()
-        assert helpers.errors_vs(chunks, by_phase)["rel_l2"] < 1e-5, shift
+        assert helpers.errors_vs(chunks, by_phase)["rel_l2"] < (1e-5 if tf32 else 1e-6), shift
 
 
-def test_by_phase_statistics_shift_far_from_the_next_tile():
+@pytest.mark.parametrize("mode", ["tf32", "fp32"])
+def test_by_phase_statistics_shift_far_from_the_next_tile(mode):
     """The by-phase kernel shifts a tile's statistics by its CTA's mean two tiles back, often another sample's.
     Samples whose means differ by orders of magnitude force the second, self-centred pass; the output agrees
-    with the 32-channel chunks', and a NaN sample stays confined to itself."""
+    with the 32-channel chunks', and a NaN sample stays confined to itself. In the fp32 mode each box also gets its
+    own FP16 scale, here over 2.5 decades from one CTA's tile to the next."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
     init = B.get_init_inputs()
     torch.manual_seed(4)
     model = B.Model(*init).cuda()
     helpers.randomize_parameters(model, 4)
-    by_phase = B.ModelNew(*init, allow_tf32=True).cuda()
-    chunks = B.ModelNew(*init, allow_tf32=True, by_phase=False).cuda()
+    by_phase = B.ModelNew(*init, allow_tf32=(mode == "tf32")).cuda()
+    chunks = B.ModelNew(*init, allow_tf32=(mode == "tf32"), by_phase=False).cuda()
     for module in (by_phase, chunks):
         module.load_state_dict(model.state_dict())
     # Spreads well above TF32's spacing at each offset (at 1e4 the relay would round [0, 1) away entirely).
@@ -402,7 +417,7 @@ def test_by_phase_statistics_shift_far_from_the_next_tile():
     others = [i for i in range(10) if i != 4]
     assert not torch.isnan(got[others]).any()
     for i in others:  # per sample: each has its own scale
-        assert helpers.errors_vs(expected[i], got[i])["rel_l2"] < 1e-5, i
+        assert helpers.errors_vs(expected[i], got[i])["rel_l2"] < (1e-5 if mode == "tf32" else 1e-6), i
 
 
 @pytest.mark.parametrize("init, shape, offset, on_wgmma", [
@@ -595,13 +610,50 @@ def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
         helpers.check_special_values(model, fused[f"v3 {mode}"], x, tf32=(mode == "tf32"))
 
 
-def test_nan_payloads_and_infinities_propagate_in_the_by_phase_kernel():
-    """As above for the by-phase kernel (TF32 mode, W = 128, 64 channels): every NaN payload and infinity makes
-    its sample NaN; the other samples stay finite and right."""
+@pytest.mark.parametrize("mode", ["tf32", "fp32"])
+def test_nan_payloads_and_infinities_propagate_in_the_by_phase_kernel(mode):
+    """As above for the by-phase kernel (W = 128, 64 channels): every NaN payload and infinity makes its sample
+    NaN; the other samples stay finite and right. (In the fp32 mode a box's FP16 scale ignores its non-finite
+    values.)"""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
-    model, fused = _models([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], modes=("tf32",))
+    model, fused = _models([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], modes=(mode,))
     x = torch.rand(len(helpers.NAN_AND_INF_BITS) + 2, 8, 10, 128, device="cuda")
     x = helpers.one_special_value_per_sample(x)
-    assert _v3_ext().plan_info(10, 128, x.shape[0], 8, 64, 3, 3, 4, True, torch.cuda.current_device())["by_phase"]
-    helpers.check_special_values(model, fused["v3 tf32"], x, tf32=True)
+    assert _v3_ext().plan_info(10, 128, x.shape[0], 8, 64, 3, 3, 4, mode == "tf32",
+                               torch.cuda.current_device())["by_phase"]
+    helpers.check_special_values(model, fused[f"v3 {mode}"], x, tf32=(mode == "tf32"))
+
+
+@pytest.mark.parametrize("case", ["inputs x 2^-40", "inputs x 2^40", "weights x 2^-30", "weights x 2^30",
+                                  "one input 1e6", "inputs +1e4"])
+def test_by_phase_fp32_mode_scales_its_fp16_operands(case):
+    """The fp32 mode's by-phase kernel hands the tensor cores FP16 values (5 exponent bits), scaled by powers of two
+    per input box and per output channel (weights) so that nothing overflows or underflows: far from [0, 1) in
+    either direction, and with one large value among small ones, it must stay within PARITY.md's fp32 bar. The conv
+    bias is zeroed so that conv values of order 2^-40 are not lost to its rounding in the float32 yardstick (whose
+    error sets the bar). Not run against a build without the scaling: that the first four would overflow or
+    underflow FP16 without it is reasoned, not measured."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
+    init = [8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0]
+    model, fused = _models(init, modes=("fp32",))
+    for seed in (40, 41):
+        helpers.randomize_parameters(model, seed)
+        with torch.no_grad():
+            model.conv.bias.zero_()
+            model.conv.weight.mul_({"weights x 2^-30": 2.0 ** -30, "weights x 2^30": 2.0 ** 30}.get(case, 1.0))
+        fused["v3 fp32"].load_state_dict(model.state_dict())
+        x = torch.rand((3, 8, 40, 128), device="cuda")  # 10 tiles per sample: CTAs of one tile, boxes of one sample
+        if case == "inputs x 2^-40":
+            x *= 2.0 ** -40
+        elif case == "inputs x 2^40":
+            x *= 2.0 ** 40
+        elif case == "one input 1e6":
+            x[1, 2, 17, 9] = 1e6
+        elif case == "inputs +1e4":
+            x += 1e4
+        assert _v3_ext().plan_info(40, 128, 3, 8, 64, 3, 3, 4, False, torch.cuda.current_device())["by_phase"]
+        report = helpers.parity_check(model, fused, [x], kernelbench=False, case=f"{case}, seed {seed}")
+        judged = report[report.contender == "v3 fp32"]
+        assert judged.passed.all(), report.to_string()
