@@ -281,6 +281,34 @@ def one_special_value_per_sample(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+# Inputs and weights far from [0, 1) in either direction, and one large value among small ones: cases for a kernel
+# that hands the tensor cores FP16 values (5 exponent bits) scaled by powers of two (scale_case applies them).
+FP16_SCALE_CASES = ("inputs x 2^-40", "inputs x 2^40", "weights x 2^-30", "weights x 2^30", "one input 1e6",
+                    "inputs +1e4")
+
+
+@torch.no_grad()
+def scale_case(model: torch.nn.Module, x: torch.Tensor, case: str, large_at: tuple) -> torch.Tensor:
+    """Applies one of FP16_SCALE_CASES: scales ``model.conv``'s weights in place, or returns a copy of ``x`` scaled,
+    shifted, or holding 1e6 at index ``large_at``. Zeroes the conv bias in every case (the truth then comes from the
+    same changed model): with a bias of order 0.1 the float32 yardstick loses conv values of order 2^-40 to
+    rounding, and PARITY.md's fp32 bar (4x the yardstick's error) would then pass anything."""
+    if case not in FP16_SCALE_CASES:
+        raise ValueError(f"scale_case: case must be one of {FP16_SCALE_CASES}, got {case!r}")
+    model.conv.bias.zero_()
+    model.conv.weight.mul_({"weights x 2^-30": 2.0 ** -30, "weights x 2^30": 2.0 ** 30}.get(case, 1.0))
+    x = x.clone()
+    if case == "inputs x 2^-40":
+        x *= 2.0 ** -40
+    elif case == "inputs x 2^40":
+        x *= 2.0 ** 40
+    elif case == "one input 1e6":
+        x[large_at] = 1e6
+    elif case == "inputs +1e4":
+        x += 1e4
+    return x
+
+
 def check_special_values(model: torch.nn.Module, fused: torch.nn.Module, x: torch.Tensor, *, tf32: bool) -> None:
     """Raise ParityError unless ``fused`` handles ``x`` (from ``one_special_value_per_sample``) as ``model`` does
     with TF32 off (PARITY.md's yardstick): the samples holding a NaN or infinity come out entirely NaN in both,

@@ -355,6 +355,29 @@ def test_one_special_value_per_sample_writes_each_pattern_once():
         helpers.one_special_value_per_sample(torch.rand(6, 2, 5, 6))
 
 
+def test_scale_case_changes_what_it_names():
+    """helpers.scale_case (the GPU tests of the FP16 scaling): each case zeroes the conv bias and changes the weights
+    or a copy of the input as named, leaving the caller's input untouched; an unknown case is refused."""
+    x = torch.rand(2, 3, 6, 7)
+    for case in helpers.FP16_SCALE_CASES:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential()
+        model.conv = torch.nn.Conv2d(3, 4, 3)
+        weight = model.conv.weight.detach().clone()
+        y = helpers.scale_case(model, x, case, (1, 2, 3, 4))
+        assert (model.conv.bias == 0).all()
+        factor = {"weights x 2^-30": 2.0 ** -30, "weights x 2^30": 2.0 ** 30}.get(case, 1.0)
+        assert torch.equal(model.conv.weight, weight * factor)
+        expected = {"inputs x 2^-40": x * 2.0 ** -40, "inputs x 2^40": x * 2.0 ** 40, "inputs +1e4": x + 1e4}.get(case, x)
+        if case == "one input 1e6":
+            expected = x.clone()
+            expected[1, 2, 3, 4] = 1e6
+        assert torch.equal(y, expected), case
+    assert torch.isfinite(x).all() and x.max() < 1
+    with pytest.raises(ValueError, match="case must be one of"):
+        helpers.scale_case(model, x, "inputs x 2", (0, 0, 0, 0))
+
+
 def test_check_special_values_fails_when_a_special_value_is_lost():
     """helpers.check_special_values passes a module that spreads NaN through the sample as the reference does, and
     fails one that drops it."""

@@ -342,8 +342,7 @@ def test_fp32_accumulation_either_side_of_the_threshold(init, shape, tc_accumula
         judged[["case", "rel_l2", "limit_rel_l2", "max_abs", "limit_max_abs"]].to_string()
 
 
-@pytest.mark.parametrize("case", ["inputs x 2^-40", "inputs x 2^40", "weights x 2^-30", "weights x 2^30",
-                                  "one input 1e6", "inputs +1e4"])
+@pytest.mark.parametrize("case", helpers.FP16_SCALE_CASES)
 def test_fp32_mode_scales_its_fp16_operands(case):
     """The fp32 mode hands the tensor cores FP16 values (5 exponent bits), scaled by powers of two per CTA and
     sample (input) and per output channel (weights) so that nothing overflows or underflows: far from [0, 1) in
@@ -357,19 +356,8 @@ def test_fp32_mode_scales_its_fp16_operands(case):
     model, fused = _models(init, modes=("fp32",))
     for seed in (40, 41):
         helpers.randomize_parameters(model, seed)
-        with torch.no_grad():
-            model.conv.bias.zero_()
-            model.conv.weight.mul_({"weights x 2^-30": 2.0 ** -30, "weights x 2^30": 2.0 ** 30}.get(case, 1.0))
+        x = helpers.scale_case(model, torch.rand(shape, device="cuda"), case, (1, 2, 4, 17, 9))
         fused["v3 fp32"].load_state_dict(model.state_dict())
-        x = torch.rand(shape, device="cuda")
-        if case == "inputs x 2^-40":
-            x *= 2.0 ** -40
-        elif case == "inputs x 2^40":
-            x *= 2.0 ** 40
-        elif case == "one input 1e6":
-            x[1, 2, 4, 17, 9] = 1e6
-        elif case == "inputs +1e4":
-            x += 1e4
         assert fused["v3 fp32"].path(x) == "v3"
         # KernelBench's allclose against eager is for its own inputs in [0, 1), not these.
         report = helpers.parity_check(model, fused, [x], kernelbench=False, case=f"{case}, seed {seed}")

@@ -625,8 +625,7 @@ def test_nan_payloads_and_infinities_propagate_in_the_by_phase_kernel(mode):
     helpers.check_special_values(model, fused[f"v3 {mode}"], x, tf32=(mode == "tf32"))
 
 
-@pytest.mark.parametrize("case", ["inputs x 2^-40", "inputs x 2^40", "weights x 2^-30", "weights x 2^30",
-                                  "one input 1e6", "inputs +1e4"])
+@pytest.mark.parametrize("case", helpers.FP16_SCALE_CASES)
 def test_by_phase_fp32_mode_scales_its_fp16_operands(case):
     """The fp32 mode's by-phase kernel hands the tensor cores FP16 values (5 exponent bits), scaled by powers of two
     per input box and per output channel (weights) so that nothing overflows or underflows: far from [0, 1) in
@@ -640,19 +639,9 @@ def test_by_phase_fp32_mode_scales_its_fp16_operands(case):
     model, fused = _models(init, modes=("fp32",))
     for seed in (40, 41):
         helpers.randomize_parameters(model, seed)
-        with torch.no_grad():
-            model.conv.bias.zero_()
-            model.conv.weight.mul_({"weights x 2^-30": 2.0 ** -30, "weights x 2^30": 2.0 ** 30}.get(case, 1.0))
+        # 10 tiles per sample: CTAs of one tile, boxes of one sample
+        x = helpers.scale_case(model, torch.rand((3, 8, 40, 128), device="cuda"), case, (1, 2, 17, 9))
         fused["v3 fp32"].load_state_dict(model.state_dict())
-        x = torch.rand((3, 8, 40, 128), device="cuda")  # 10 tiles per sample: CTAs of one tile, boxes of one sample
-        if case == "inputs x 2^-40":
-            x *= 2.0 ** -40
-        elif case == "inputs x 2^40":
-            x *= 2.0 ** 40
-        elif case == "one input 1e6":
-            x[1, 2, 17, 9] = 1e6
-        elif case == "inputs +1e4":
-            x += 1e4
         assert _v3_ext().plan_info(40, 128, 3, 8, 64, 3, 3, 4, False, torch.cuda.current_device())["by_phase"]
         report = helpers.parity_check(model, fused, [x], kernelbench=False, case=f"{case}, seed {seed}")
         judged = report[report.contender == "v3 fp32"]
