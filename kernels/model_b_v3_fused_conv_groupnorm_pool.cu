@@ -988,26 +988,30 @@ __device__ __forceinline__ void relay_item(const Params& p, const float* raw, fl
     dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
 }
 
-// The by-phase kernel's fp32-mode relay item: 16-byte word f of the box rows (4 positions) in all 8 channels (C_in <= 8:
-// one octet of FP16 values per position), x - r(n, ci) with r = shift[ci], scaled by the box's power of two and split
-// into FP16 hi and lo (split_half2); position j of the word (phase j) lands at word j * plane + f of the hi box and of
-// the lo box `lo_offset` floats on. The scale needs the largest finite |x - r| of the whole box, so the relay warps
-// (the block's first `threads` threads; `items` of them have a word) reduce it through warp_max behind a barrier of
-// their own, and thread 0 records the exponent (fp16_scale_exponent) for the epilogue.
+// The by-phase kernel's fp32-mode relay item: 16-byte word f of the box rows (4 positions) in channel quad q (C_in <= 8:
+// 4 of the octet of FP16 values a position holds), x - r(n, ci) with r = shift[ci], scaled by the box's power of two
+// and split into FP16 hi and lo (split_half2); position j of the word (phase j) lands in the 8-byte half q of word
+// j * plane + f of the hi box and of the lo box `lo_offset` floats on. The scale needs the largest |x - r| of the
+// whole box, so the relay warps (the block's first `threads` threads; `items` of them have an item) reduce it through
+// warp_max behind a barrier of their own, and thread 0 records the exponent (fp16_scale_exponent) for the epilogue.
+// Non-finite values take part in the maximum: they make their whole sample NaN (GroupNorm), whatever the scale.
+// Two items per word, 12 relay warps at W = 128: with one item per word and 6 warps the relay took about a third
+// of kernel 1 on an H100 (results/model_b/NOTES.md).
 __device__ __forceinline__ void relay_split_item(const Params& p, const float* raw, float* octets, int lo_offset,
-                                                 const float* shift, uint32_t* warp_max, int* exponent, int f,
+                                                 const float* shift, uint32_t* warp_max, int* exponent, int q, int f,
                                                  int items, int threads) {
     const bool mine = static_cast<int>(threadIdx.x) < items;
-    float4 c[8];
+    float4 c[4];
     uint32_t m = 0u;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const bool real = mine && k < p.c_in;  // padded channels stay zero
-        c[k] = real ? *reinterpret_cast<const float4*>(raw + k * p.box_pitch + 4 * f) : make_float4(0.f, 0.f, 0.f, 0.f);
-        const float r = real ? shift[k] : 0.f;
+    for (int k = 0; k < 4; ++k) {
+        const int ci = 4 * q + k;
+        const bool real = mine && ci < p.c_in;  // padded channels stay zero
+        c[k] = real ? *reinterpret_cast<const float4*>(raw + ci * p.box_pitch + 4 * f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float r = real ? shift[ci] : 0.f;
         c[k] = make_float4(c[k].x - r, c[k].y - r, c[k].z - r, c[k].w - r);
-        m = max(m, max(max(finite_abs_bits(c[k].x), finite_abs_bits(c[k].y)),
-                       max(finite_abs_bits(c[k].z), finite_abs_bits(c[k].w))));
+        m = max(m, max(max(__float_as_uint(c[k].x) & 0x7fffffffu, __float_as_uint(c[k].y) & 0x7fffffffu),
+                       max(__float_as_uint(c[k].z) & 0x7fffffffu, __float_as_uint(c[k].w) & 0x7fffffffu)));
     }
     m = __reduce_max_sync(0xffffffffu, m);
     if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
@@ -1018,16 +1022,15 @@ __device__ __forceinline__ void relay_split_item(const Params& p, const float* r
     if (!mine) return;
     const float sc = exp2_int(e);
     const int plane = p.quad_plane_units;
-    uint4* hi = reinterpret_cast<uint4*>(octets) + f;
-    uint4* lo = reinterpret_cast<uint4*>(octets + lo_offset) + f;
+    uint2* hi = reinterpret_cast<uint2*>(octets) + 2 * f + q;
+    uint2* lo = reinterpret_cast<uint2*>(octets + lo_offset) + 2 * f + q;
     const auto at = [](const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; };
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        uint2 h[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) h[q] = split_half2(at(c[2 * q], j) * sc, at(c[2 * q + 1], j) * sc);
-        hi[j * plane] = make_uint4(h[0].x, h[1].x, h[2].x, h[3].x);
-        lo[j * plane] = make_uint4(h[0].y, h[1].y, h[2].y, h[3].y);
+        const uint2 h01 = split_half2(at(c[0], j) * sc, at(c[1], j) * sc);
+        const uint2 h23 = split_half2(at(c[2], j) * sc, at(c[3], j) * sc);
+        hi[2 * j * plane] = make_uint2(h01.x, h23.x);
+        lo[2 * j * plane] = make_uint2(h01.y, h23.y);
     }
 }
 
@@ -1797,12 +1800,13 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
-    const int relay_threads = (relay_words + 31) / 32 * 32;  // fp32 mode: the warps that relay (one octet per word)
+    const int split_items = 2 * relay_words;  // fp32 mode: two channel quads per word (<= kPhaseThreads, make_plan)
+    const int relay_threads = (split_items + 31) / 32 * 32;  // the warps that relay
     const auto relay = [&](const float* raw_box, float* dst_box, int slot) {  // slot: the box's parity
         if constexpr (SPLIT) {
             if (tid < relay_threads)
                 relay_split_item(p, raw_box, dst_box, quad_floats / 2, box_shift[slot], relay_max, &box_exponent[slot],
-                                 tid, relay_words, relay_threads);
+                                 my_quad, my_word, split_items, relay_threads);
         } else if (tid < relay_items) {
             relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
         }

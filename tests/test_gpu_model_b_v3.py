@@ -613,8 +613,8 @@ def test_nan_payloads_and_infinities_propagate_in_both_modes(mode, c_out):
 @pytest.mark.parametrize("mode", ["tf32", "fp32"])
 def test_nan_payloads_and_infinities_propagate_in_the_by_phase_kernel(mode):
     """As above for the by-phase kernel (W = 128, 64 channels): every NaN payload and infinity makes its sample
-    NaN; the other samples stay finite and right. (In the fp32 mode a box's FP16 scale ignores its non-finite
-    values.)"""
+    NaN; the other samples stay finite and right. (In the fp32 mode a box's non-finite values also set its FP16
+    scale: the sample is NaN whatever the scale.)"""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the by-phase kernel needs an sm_90a build on a compute capability 9.0 GPU")
     model, fused = _models([8, 64, 3, 16, (64, 1, 1), 4, -1.0, 1.0], modes=(mode,))
