@@ -988,20 +988,19 @@ __device__ __forceinline__ void relay_item(const Params& p, const float* raw, fl
     dst[3 * plane] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
 }
 
-// The by-phase kernel's fp32-mode relay item: 16-byte word f of the box rows (4 positions) in channel quad q (C_in <= 8:
-// 4 of the octet of FP16 values a position holds), x - r(n, ci) with r = shift[ci], scaled by the box's power of two
-// and split into FP16 hi and lo (split_half2); position j of the word (phase j) lands in the 8-byte half q of word
-// j * plane + f of the hi box and of the lo box `lo_offset` floats on. The scale needs the largest |x - r| of the
-// whole box, so the relay warps (the block's first `threads` threads; `items` of them have an item) reduce it through
-// warp_max behind a barrier of their own, and thread 0 records the exponent (fp16_scale_exponent) for the epilogue.
-// Non-finite values take part in the maximum: they make their whole sample NaN (GroupNorm), whatever the scale.
-// Two items per word, 12 relay warps at W = 128: with one item per word and 6 warps the relay took about a third
-// of kernel 1 on an H100 (results/model_b/NOTES.md).
-__device__ __forceinline__ void relay_split_item(const Params& p, const float* raw, float* octets, int lo_offset,
-                                                 const float* shift, uint32_t* warp_max, int* exponent, int q, int f,
-                                                 int items, int threads) {
+// The by-phase kernel's fp32-mode relay, one item: 16-byte word f of the box rows (4 positions) in channel quad q
+// (C_in <= 8: 4 of the octet of FP16 values a position holds), x - r(n, ci) with r = shift[ci], scaled by the box's
+// power of two and split into FP16 hi and lo (split_half2). The scale needs the largest |x - r| of the whole box, so it
+// takes two steps. relay_split_gather loads the item into c (zeros past C_in and for threads without an item: only
+// the first `items` threads have one) and reduces the relay warps' maximum through warp_max behind a barrier of their
+// own (the block's first `threads` threads), returning the box's exponent (fp16_scale_exponent). relay_split_store
+// scales and splits c: position j of the word (phase j) lands in the 8-byte half q of word j * plane + f of the hi box
+// and of the lo box `lo_offset` floats on. Non-finite values take part in the maximum: they make their whole sample
+// NaN (GroupNorm), whatever the scale.
+__device__ __forceinline__ int relay_split_gather(const Params& p, const float* raw, const float* shift,
+                                                  uint32_t* warp_max, int q, int f, int items, int threads,
+                                                  float4 (&c)[4]) {
     const bool mine = static_cast<int>(threadIdx.x) < items;
-    float4 c[4];
     uint32_t m = 0u;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -1017,9 +1016,10 @@ __device__ __forceinline__ void relay_split_item(const Params& p, const float* r
     if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
     named_barrier_sync(threads);
     for (int i = 0; i < threads / 32; ++i) m = max(m, warp_max[i]);
-    const int e = fp16_scale_exponent(m);
-    if (threadIdx.x == 0) *exponent = e;
-    if (!mine) return;
+    return fp16_scale_exponent(m);
+}
+__device__ __forceinline__ void relay_split_store(const Params& p, const float4 (&c)[4], int e, float* octets,
+                                                  int lo_offset, int q, int f) {
     const float sc = exp2_int(e);
     const int plane = p.quad_plane_units;
     uint2* hi = reinterpret_cast<uint2*>(octets) + 2 * f + q;
@@ -1800,20 +1800,35 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_words = (p.tile_rows + p.kh - 1) * (p.box_stride / 4);
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
-    const int split_items = 2 * relay_words;  // fp32 mode: two channel quads per word (<= kPhaseThreads, make_plan)
-    const int relay_threads = (split_items + 31) / 32 * 32;  // the warps that relay
-    const auto relay = [&](const float* raw_box, float* dst_box, int slot) {  // slot: the box's parity
+    // fp32 mode: two channel quads per word (<= kPhaseThreads, make_plan), in the first 12 warps at W = 128. Their
+    // gather (loads and the box maximum, behind their own barrier) runs before their warpgroups issue the products,
+    // their store under the products: with the barrier after the issue, the relay warps waited there for the
+    // warpgroup whose issue the tensor cores' queue held back (ncu, results/model_b/NOTES.md).
+    const int split_items = 2 * relay_words;
+    const int relay_threads = (split_items + 31) / 32 * 32;
+    float4 relay_values[SPLIT ? 4 : 1];  // the gathered item of the next box
+    int relay_exponent = 0;
+    const auto relay_gather = [&](const float* raw_box, int slot) {  // slot: the box's parity
         if constexpr (SPLIT) {
-            if (tid < relay_threads)
-                relay_split_item(p, raw_box, dst_box, quad_floats / 2, box_shift[slot], relay_max, &box_exponent[slot],
-                                 my_quad, my_word, split_items, relay_threads);
+            if (tid < relay_threads) {
+                relay_exponent = relay_split_gather(p, raw_box, box_shift[slot], relay_max, my_quad, my_word,
+                                                    split_items, relay_threads, relay_values);
+                if (tid == 0) box_exponent[slot] = relay_exponent;
+            }
+        }
+    };
+    const auto relay = [&](const float* raw_box, float* dst_box) {  // (fp32 mode: after relay_gather)
+        if constexpr (SPLIT) {
+            if (tid < split_items) relay_split_store(p, relay_values, relay_exponent, dst_box, quad_floats / 2, my_quad,
+                                                     my_word);
         } else if (tid < relay_items) {
             relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
         }
     };
 
     mbarrier_wait(&box_landed[0], 0);
-    relay(raw, quads, 0);
+    relay_gather(raw, 0);
+    relay(raw, quads);
     fence_proxy_async();
     __syncthreads();
     const uint32_t w_low = weight_descriptor_low(weights);
@@ -1836,6 +1851,12 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 
         float acc[16][4];
         const uint32_t qb = warp_uniform(q_low + static_cast<uint32_t>(buf * (quad_floats / 4)));
+        if constexpr (SPLIT) {  // box t + 1's gather, before this tile's products (only the relay warps wait for it)
+            if (has_next && tid < relay_threads) {
+                mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
+                relay_gather(raw + (buf ^ 1) * box_floats, buf ^ 1);
+            }
+        }
         wgmma_fence();
         if constexpr (SPLIT) {
             // fp32 mode: the small products (w_lo x_hi, w_hi x_lo) of every k-step first, then w_hi x_hi, so that
@@ -1877,8 +1898,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
             }
         }
         if (has_next) {  // box t + 1: raw box (t + 1) % 2, its use (t + 1) / 2 of that mbarrier
-            mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
-            relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats, buf ^ 1);
+            if constexpr (!SPLIT) mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
+            relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats);
             fence_proxy_async();
         }
         wgmma_wait<0>();
