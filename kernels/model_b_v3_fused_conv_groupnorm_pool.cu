@@ -1618,16 +1618,16 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // for each the conv rows r = 0..3 at x-quads xq = 8 jj + 2 t + e (jj = 0..3, e = 0, 1): acc[4 r + jj][2 h + e].
 // So a pooling window's 4 rows are in the lane's registers (3 max per pooled value) and its 4 columns are the 4
 // phases, which meet in a staged [phase][channel][xq] array behind the tile's one barrier. The statistics are
-// shifted sums per lane (as the chunked kernel's, shifted by the CTA's mean of that channel two tiles back), reduced
-// over the 4 lanes of a quad and merged over the 4 phases after the barrier into the same (mean, M2) per (sample,
-// tile, channel) that kernel 2 reads.
+// shifted sums per lane (as the chunked kernel's, shifted by the CTA's mean of that channel two tiles back, which the
+// fp32 mode moves by the change of d between the two units), reduced over the 4 lanes of a quad and merged over the 4
+// phases after the barrier into the same (mean, M2) per (sample, tile, channel) that kernel 2 reads.
 //   K: KSTEPS k8 slices, each two channel quads (k halves) of the relaid box: at C_in <= 4 two taps' quad 0 per
 // slice (5 k-steps for the 9 taps; the chunks' layout takes 9, with quad 1 all zeros), else one tap's two quads (9).
 // Where a slice's two halves lie in the other order for some phase, that phase's A is a copy of the weight block
 // with its k halves swapped (Params::phase_b, phase_a). The run of record (results/model_b/timing.csv) times the
 // model with this kernel and with the chunked one.
 //   fp32 mode (SPLIT): the operands are FP16 hi and lo (split_half2), K in k16 slices of two taps' 8 channels (one
-// octet: the paired plan's tables, 5 k-steps at any C_in <= 8), 15 m64n128k16 products per k-step set: w_lo x_hi
+// octet: the paired plan's tables, 5 k-steps at any C_in <= 8), 15 m64n128k16 products per tile and warpgroup: w_lo x_hi
 // and w_hi x_lo of every k-step, then w_hi x_hi. Shared memory holds hi and lo weight blocks and, per relaid buffer,
 // a hi and a lo box (the same bytes as the TF32 layout's two quads). The relay subtracts r(n, ci) (input_shift,
 // computed by warp 14 for the box two tiles ahead) and finds the box's scale among the relay warps (a barrier of
@@ -1635,6 +1635,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
 constexpr int kPhaseCopyWarp = 15;                       // issues the input boxes' bulk copies inside the tile loop
 constexpr int kPhaseShiftWarp = 14;                      // fp32 mode: computes the input shifts r(n, ci) of box t + 2
+constexpr int kPhaseSplitMergeWarp = 12;                 // fp32 mode: warps 12 and 13 merge the phases' statistics
 constexpr int kPhasePairedSteps = 5;                     // k-steps at C_in <= 4 (3 x 3 taps, two per k8 slice)
 constexpr int kPhasePairedBlocks = 6;                    // weight blocks of the paired plan (the fp32 mode's, hi and lo)
 constexpr int kPhaseStageStride = 40;                    // floats per channel row of the stage: 32 x-quads + 8, so
@@ -1710,11 +1711,15 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     __shared__ float tile_shift[2][64];       // per tile parity and channel: the statistics' shift
     __shared__ __align__(8) uint64_t box_landed[2];  // per raw box: box k completes phase k / 2 of box_landed[k % 2]
     // fp32 mode (SPLIT): per box parity, r(n, ci) (input_shift) and the box's FP16 scale exponent; per channel, the
-    // weights' scale exponent; per relay warp, its largest finite |x - r| (finite_abs_bits).
+    // weights' scale exponent; per relay warp, its largest |x - r| (as bits); per (input channel, channel), the
+    // channel's signed weights summed over the taps; per tile parity and channel, d = sum_ci r(n, ci) weight_sums
+    // of the unit that takes that parity's statistics' shift next (see the merge).
     __shared__ float box_shift[SPLIT ? 2 : 1][8];
     __shared__ int box_exponent[2];
     __shared__ int weight_exponent[SPLIT ? 64 : 1];
     __shared__ uint32_t relay_max[kPhaseThreads / 32];
+    __shared__ float weight_sums[SPLIT ? 8 : 1][64];
+    __shared__ float unit_offset[SPLIT ? 2 : 1][64];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int v = static_cast<int>(warp_uniform(static_cast<uint32_t>(warp >> 2)));  // the warpgroup's phase
@@ -1739,20 +1744,36 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     }
     const int kk = p.kh * p.kw;
     if constexpr (SPLIT) {
-        // Per channel, the weights' FP16 scale; the input shifts of the first two boxes (warps 2 and 3).
+        // Per channel, the weights' FP16 scale and their sums over the taps; the input shifts of the first two boxes
+        // (warps 2 and 3).
         if (tid < 64) {
             uint32_t m = 0u;
-            if (tid < p.c_out)
-                for (int i = 0; i < p.c_in * kk; ++i)
-                    m = max(m, finite_abs_bits(__ldg(p.weight + static_cast<int64_t>(tid) * p.c_in * kk + i)));
+            const float sign = tid < p.c_out ? pooling_sign(p, tid) : 0.f;
+            for (int ci = 0; ci < 8; ++ci) {  // C_in <= 8 (make_plan)
+                float sum = 0.f;
+                if (tid < p.c_out && ci < p.c_in)
+                    for (int tap = 0; tap < kk; ++tap) {
+                        const float wv = __ldg(p.weight + (static_cast<int64_t>(tid) * p.c_in + ci) * kk + tap);
+                        m = max(m, finite_abs_bits(wv));
+                        sum += wv;
+                    }
+                weight_sums[ci][tid] = sign * sum;
+            }
             weight_exponent[tid] = fp16_scale_exponent(m);
         } else if (tid >= 64 && tid < 64 + p.c_in) {
             box_shift[0][tid - 64] = input_shift(p, pos.n, tid - 64);
         } else if (tid >= 96 && tid < 96 + p.c_in) {
             const UnitPos second = advance(p, pos);
-            if (second.n < batch) box_shift[1][tid - 96] = input_shift(p, second.n, tid - 96);
+            box_shift[1][tid - 96] = second.n < batch ? input_shift(p, second.n, tid - 96) : 0.f;
         }
         __syncthreads();
+        if (tid < 64)
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                float d = 0.f;
+                for (int ci = 0; ci < p.c_in; ++ci) d = fmaf(box_shift[k][ci], weight_sums[ci][tid], d);
+                unit_offset[k][tid] = d;
+            }
         // The weights as FP16 hi (blocks 0..5) and lo (blocks 6..11), [8 channel groups][2 k halves][8][8 halves].
         for (int i = tid; i < p.phase_blocks * 512; i += kPhaseThreads) {
             const int b = i >> 9, c = (i >> 3) & 63, k = 2 * (i & 7);  // a pair of k values: one word
@@ -1806,12 +1827,15 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     // warpgroup whose issue the tensor cores' queue held back (ncu, results/model_b/NOTES.md).
     const int split_items = 2 * relay_words;
     const int relay_threads = (split_items + 31) / 32 * 32;
+    // An item is (octet half split_quad, word split_word); the two halves of a word go to adjacent lanes, so that
+    // a warp's 8-byte stores cover 256 contiguous bytes (2 wavefronts, no bank conflict).
+    const int split_quad = tid & 1, split_word = tid >> 1;
     float4 relay_values[SPLIT ? 4 : 1];  // the gathered item of the next box
     int relay_exponent = 0;
     const auto relay_gather = [&](const float* raw_box, int slot) {  // slot: the box's parity
         if constexpr (SPLIT) {
             if (tid < relay_threads) {
-                relay_exponent = relay_split_gather(p, raw_box, box_shift[slot], relay_max, my_quad, my_word,
+                relay_exponent = relay_split_gather(p, raw_box, box_shift[slot], relay_max, split_quad, split_word,
                                                     split_items, relay_threads, relay_values);
                 if (tid == 0) box_exponent[slot] = relay_exponent;
             }
@@ -1819,8 +1843,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     };
     const auto relay = [&](const float* raw_box, float* dst_box) {  // (fp32 mode: after relay_gather)
         if constexpr (SPLIT) {
-            if (tid < split_items) relay_split_store(p, relay_values, relay_exponent, dst_box, quad_floats / 2, my_quad,
-                                                     my_word);
+            if (tid < split_items) relay_split_store(p, relay_values, relay_exponent, dst_box, quad_floats / 2,
+                                                     split_quad, split_word);
         } else if (tid < relay_items) {
             relay_item<true>(p, raw_box, dst_box, nullptr, my_quad, my_word);
         }
@@ -1841,7 +1865,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 
     // Per tile: (1) the GEMM issued, (2) meanwhile the next-but-one box's copy started (by warp 15) and the next box
     // relaid into the other relaid buffer, (3) the statistics and the y pooling from registers, the tile's one
-    // barrier, then (4) the phases' statistics merged (by warps 0 and 1) and the x pooling stored.
+    // barrier, then (4) the phases' statistics merged (by warps 0 and 1; fp32 mode: 12 and 13) and the x pooling
+    // stored.
     for (int iter = 0; pos.n < batch; ++iter) {
         const UnitPos next = advance(p, pos);
         const bool has_next = next.n < batch;
@@ -2009,16 +2034,29 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         __syncthreads();  // the stage, the phases' statistics and the next relaid box complete; the relaid raw box free
 
         // The 4 phases' statistics of a channel merged (as the chunked kernel merges its warps); the mean is the
-        // shift of the tile two ahead (this tile parity's slot, read again after the next barrier).
-        if (tid < 64 && tid < p.c_out) {
-            const float c_first = phase_stats[buf][0][tid].x;
+        // shift of the tile two ahead (this tile parity's slot, read again after the next barrier). In the fp32 mode
+        // warps 12 and 13 merge: their warpgroup has no relay items, so warps 0 and 1 go straight on to the next
+        // box's gather, whose barrier the other relay warps would otherwise wait at (1.2 % faster, NOTES).
+        const int mc = tid - (SPLIT ? 32 * kPhaseSplitMergeWarp : 0);  // the channel merged
+        if (mc >= 0 && mc < 64 && mc < p.c_out) {
+            const float c_first = phase_stats[buf][0][mc].x;
             const float inv_total = 1.f / static_cast<float>(rows_valid * p.wo);  // the 4 phases' counts add up to it
-            const float2 merged = merge_parts<4>(&phase_stats[buf][0][tid], 64, inv_total);
+            const float2 merged = merge_parts<4>(&phase_stats[buf][0][mc], 64, inv_total);
             const float mean_delta = merged.x;
-            p.stats[(n * tiles + ty) * p.c_out + tid] =
+            p.stats[(n * tiles + ty) * p.c_out + mc] =
                 make_double2(static_cast<double>(c_first) + mean_delta, fmaxf(merged.y, 0.f));
-            const float centre = c_first + mean_delta;
-            tile_shift[buf][tid] = isfinite(centre) ? centre : 0.f;
+            float centre = c_first + mean_delta;
+            if constexpr (SPLIT) {
+                // These values are the conv of x - r (r of this unit's sample) and lack d of this unit; those of the
+                // unit two ahead lack d of theirs, whose r warp 14 put in box_shift[buf] in this tile. The shift moves
+                // by the difference (r changes from sample to sample; without this move the second pass ran on most
+                // tiles, results/model_b/NOTES.md).
+                float d_ahead = 0.f;
+                for (int ci = 0; ci < p.c_in; ++ci) d_ahead = fmaf(box_shift[buf][ci], weight_sums[ci][mc], d_ahead);
+                centre += unit_offset[buf][mc] - d_ahead;
+                unit_offset[buf][mc] = d_ahead;
+            }
+            tile_shift[buf][mc] = isfinite(centre) ? centre : 0.f;
         }
         // Pooling along x: the max over the 4 phases; warp w stores channels w, w + 16, ... (lane = xq).
         if (py < p.hp && lane < p.wp) {
@@ -2231,7 +2269,7 @@ struct Plan {
 
 // The by-phase kernel's dynamic shared memory: the weights (`blocks` k8 blocks of 64 channels), two raw boxes, two
 // relaid boxes, two stages. Its static shared memory (under kPhaseStaticSmem) comes off the opt-in limit.
-constexpr int kPhaseStaticSmem = 9216;
+constexpr int kPhaseStaticSmem = 12288;
 inline size_t phase_smem_bytes(int64_t blocks, int64_t c_in, int64_t pitch, int64_t quad_groups, int64_t plane_units) {
     return static_cast<size_t>(blocks * 512 + 2 * c_in * pitch + 2 * 16 * quad_groups * plane_units +
                                2 * 4 * kPhaseStagePlane) * sizeof(float);
