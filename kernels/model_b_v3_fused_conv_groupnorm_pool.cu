@@ -992,8 +992,9 @@ __device__ __forceinline__ void relay_item(const Params& p, const float* raw, fl
 // (C_in <= 8: 4 of the octet of FP16 values a position holds), x - r(n, ci) with r = shift[ci], scaled by the box's
 // power of two and split into FP16 hi and lo (split_half2). The scale needs the largest |x - r| of the whole box, so it
 // takes two steps. relay_split_gather loads the item into c (zeros past C_in and for threads without an item: only
-// the first `items` threads have one) and reduces the relay warps' maximum through warp_max behind a barrier of their
-// own (the block's first `threads` threads), returning the box's exponent (fp16_scale_exponent). relay_split_store
+// the first `items` threads have one) and reduces the relay warps' maximum through warp_max (16 words, 16-byte aligned,
+// zero for warps past `threads`) behind a barrier of their own (the block's first `threads` threads), returning the
+// box's exponent (fp16_scale_exponent). relay_split_store
 // scales and splits c: position j of the word (phase j) lands in the 8-byte half q of word j * plane + f of the hi box
 // and of the lo box `lo_offset` floats on. Non-finite values take part in the maximum: they make their whole sample
 // NaN (GroupNorm), whatever the scale.
@@ -1015,7 +1016,13 @@ __device__ __forceinline__ int relay_split_gather(const Params& p, const float* 
     m = __reduce_max_sync(0xffffffffu, m);
     if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
     named_barrier_sync(threads);
-    for (int i = 0; i < threads / 32; ++i) m = max(m, warp_max[i]);
+    // All 16 words (one per warp of the by-phase kernel, zero where a warp has no item) in 4 loads.
+    const uint4* words = reinterpret_cast<const uint4*>(warp_max);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint4 q = words[i];
+        m = max(max(m, max(q.x, q.y)), max(q.z, q.w));
+    }
     return fp16_scale_exponent(m);
 }
 __device__ __forceinline__ void relay_split_store(const Params& p, const float4 (&c)[4], int e, float* octets,
@@ -1631,7 +1638,7 @@ conv_stats_pool_kernel(const __grid_constant__ Params p) {
 // and w_hi x_lo of every k-step, then w_hi x_hi. Shared memory holds hi and lo weight blocks and, per relaid buffer,
 // a hi and a lo box (the same bytes as the TF32 layout's two quads). The relay subtracts r(n, ci) (input_shift,
 // computed by warp 14 for the box two tiles ahead) and finds the box's scale among the relay warps (a barrier of
-// their own, named_barrier_sync); the epilogue scales the accumulators back, then runs as in the TF32 mode.
+// their own, named_barrier_sync); the epilogue folds the scale back into the statistics and the pooled values.
 constexpr int kPhaseThreads = 512;                       // 4 warpgroups
 constexpr int kPhaseCopyWarp = 15;                       // issues the input boxes' bulk copies inside the tile loop
 constexpr int kPhaseShiftWarp = 14;                      // fp32 mode: computes the input shifts r(n, ci) of box t + 2
@@ -1646,10 +1653,10 @@ constexpr int kPhaseStagePlane = 64 * kPhaseStageStride; // floats per phase of 
 // Sums of (y - c) and (y - c)^2 of the lane's two channels (h = 0: row g, h = 1: row g + 8; s = {d1, d2} per h)
 // over its values in conv rows r < rows_valid and x-quads whose bit (2 jj + e) is set in colmask (any tile).
 __device__ __forceinline__ void phase_lane_sums(const float (&acc)[16][4], int rows_valid, uint32_t colmask, float c0,
-                                                float c1, float (&s)[4]) {
+                                                float c1, float f0, float f1, float (&s)[4]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float c = h ? c1 : c0;
+        const float c = h ? c1 : c0, f = h ? f1 : f0;
         float d1 = 0.f, d2 = 0.f;
 #pragma unroll
         for (int r = 0; r < 4; ++r)
@@ -1659,7 +1666,7 @@ __device__ __forceinline__ void phase_lane_sums(const float (&acc)[16][4], int r
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                         if (colmask >> (2 * jj + e) & 1u) {
-                            const float d = acc[4 * r + jj][2 * h + e] - c;
+                            const float d = fmaf(acc[4 * r + jj][2 * h + e], f, -c);
                             d1 += d;
                             d2 = fmaf(d, d, d2);
                         }
@@ -1717,7 +1724,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     __shared__ float box_shift[SPLIT ? 2 : 1][8];
     __shared__ int box_exponent[2];
     __shared__ int weight_exponent[SPLIT ? 64 : 1];
-    __shared__ uint32_t relay_max[kPhaseThreads / 32];
+    __shared__ __align__(16) uint32_t relay_max[kPhaseThreads / 32];
+    static_assert(kPhaseThreads / 32 == 16, "relay_split_gather reads 16 warp maxima");
     __shared__ float weight_sums[SPLIT ? 8 : 1][64];
     __shared__ float unit_offset[SPLIT ? 2 : 1][64];
 
@@ -1731,6 +1739,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     // The boxes start zero (words past the copied rows feed only dropped positions); the first two boxes' copies
     // start before the weights are set up, which they hide.
     for (int i = tid; i < 2 * box_floats + 2 * quad_floats; i += kPhaseThreads) raw[i] = 0.f;
+    if (tid < kPhaseThreads / 32) relay_max[tid] = 0u;  // the words of warps without relay items stay 0
     if (tid == 0) {
         mbarrier_init(&box_landed[0]);
         mbarrier_init(&box_landed[1]);
@@ -1928,9 +1937,12 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
             fence_proxy_async();
         }
         wgmma_wait<0>();
+        float f_row0 = 1.f, f_row1 = 1.f;
         if constexpr (SPLIT) {
-            // fp32 mode: the products are 2^(box exponent + channel's weight exponent) times the conv of x - r;
-            // scaled back here (exact), in one multiply where that power of two is a normal float.
+            // fp32 mode: the products are 2^(box exponent + channel's weight exponent) times the conv of x - r. Where
+            // that power of two is a normal float, the scale back (exact) is folded into where the values are used:
+            // the statistics take fma(acc, f, -c), and the pooled values are scaled after the max (which commutes with
+            // a positive scale). Else the accumulators are scaled here, in two multiplies.
             const int ex = box_exponent[buf], ew0 = weight_exponent[16 * w + g], ew1 = weight_exponent[16 * w + g + 8];
             const int s0 = ex + ew0, s1 = ex + ew1;
             const auto scale_back = [&](float f0, float f1) {  // rows g (channel 16 w + g) and g + 8
@@ -1943,7 +1955,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
                 }
             };
             if (__all_sync(0xffffffffu, s0 >= -127 && s0 <= 126 && s1 >= -127 && s1 <= 126)) {
-                scale_back(exp2_int(-s0), exp2_int(-s1));
+                f_row0 = exp2_int(-s0);
+                f_row1 = exp2_int(-s1);
             } else {
                 scale_back(exp2_int(-ex), exp2_int(-ex));
                 scale_back(exp2_int(-ew0), exp2_int(-ew1));
@@ -1967,12 +1980,12 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         const bool full_tile = front_inside && rows_valid == 4;  // uniform
         const auto lane_sums = [&](float c0_, float c1_, float (&s)[4]) {
             if (!full_tile) {
-                phase_lane_sums(acc, rows_valid, colmask, c0_, c1_, s);
+                phase_lane_sums(acc, rows_valid, colmask, c0_, c1_, f_row0, f_row1, s);
                 return;
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float c = h ? c1_ : c0_;
+                const float c = h ? c1_ : c0_, f = h ? f_row1 : f_row0;
                 float a1 = 0.f, a2 = 0.f, b1 = 0.f, b2 = 0.f;  // two chains each, for latency
 #pragma unroll
                 for (int r = 0; r < 4; ++r)
@@ -1980,9 +1993,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
                     for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
-                            float y = acc[4 * r + jj][2 * h + e];
-                            if (jj == 3) y = (e ? last_inside1 : last_inside0) ? y : c;  // outside: d = 0
-                            const float d = y - c;
+                            float d = fmaf(acc[4 * r + jj][2 * h + e], f, -c);
+                            if (jj == 3) d = (e ? last_inside1 : last_inside0) ? d : 0.f;  // outside: d = 0
                             if (r & 1) { a1 += d; a2 = fmaf(d, d, a2); }
                             else { b1 += d; b2 = fmaf(d, d, b2); }
                         }
@@ -1997,6 +2009,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         if (__any_sync(0xffffffffu, !(2.f * d1 * d1 <= count * d2) || !isfinite(d2))) {
             float plain[2];
             phase_lane_plain_sums(acc, rows_valid, colmask, plain);
+            plain[0] *= f_row0;  // exact: a power of two
+            plain[1] *= f_row1;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 plain[h] += __shfl_xor_sync(0xffffffffu, plain[h], 1);
@@ -2026,7 +2040,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
                     float q[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
-                        q[e] = pool_fold(pool_fold(acc[jj][2 * h + e], acc[4 + jj][2 * h + e]),
+                        q[e] = (h ? f_row1 : f_row0) *
+                               pool_fold(pool_fold(acc[jj][2 * h + e], acc[4 + jj][2 * h + e]),
                                          pool_fold(acc[8 + jj][2 * h + e], acc[12 + jj][2 * h + e]));
                     *reinterpret_cast<float2*>(st + 8 * h * kPhaseStageStride + 8 * jj) = make_float2(q[0], q[1]);
                 }
