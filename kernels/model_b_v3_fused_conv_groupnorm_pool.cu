@@ -1889,6 +1889,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
             if (has_next && tid < relay_threads) {
                 mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
                 relay_gather(raw + (buf ^ 1) * box_floats, buf ^ 1);
+                relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats);
+                fence_proxy_async();
             }
         }
         wgmma_fence();
@@ -1931,8 +1933,8 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
                     if (warp == kPhaseShiftWarp && lane < p.c_in) box_shift[buf][lane] = input_shift(p, after_next.n, lane);
             }
         }
-        if (has_next) {  // box t + 1: raw box (t + 1) % 2, its use (t + 1) / 2 of that mbarrier
-            if constexpr (!SPLIT) mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
+        if (!SPLIT && has_next) {  // box t + 1: raw box (t + 1) % 2, its use (t + 1) / 2 of that mbarrier
+            mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
             relay(raw + (buf ^ 1) * box_floats, quads + (buf ^ 1) * quad_floats);
             fence_proxy_async();
         }
