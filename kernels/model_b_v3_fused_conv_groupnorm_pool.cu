@@ -1831,9 +1831,10 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int relay_items = ((p.c_in + 3) / 4) * relay_words;  // <= kPhaseThreads (make_plan)
     const int my_quad = tid / relay_words, my_word = tid - my_quad * relay_words;
     // fp32 mode: two channel quads per word (<= kPhaseThreads, make_plan), in the first 12 warps at W = 128. Their
-    // gather (loads and the box maximum, behind their own barrier) runs before their warpgroups issue the products,
-    // their store under the products: with the barrier after the issue, the relay warps waited there for the
-    // warpgroup whose issue the tensor cores' queue held back (ncu, results/model_b/NOTES.md).
+    // gather (loads and the box maximum, behind their own barrier) and their store run before their warpgroups issue
+    // the products: with the barrier after the issue, the relay warps waited there for the warpgroup whose issue the
+    // tensor cores' queue held back (ncu); with the store after it, the gathered values were live across the issue
+    // and ptxas spilled (storing first: 1.0 % faster, results/model_b/NOTES.md).
     const int split_items = 2 * relay_words;
     const int relay_threads = (split_items + 31) / 32 * 32;
     // An item is (octet half split_quad, word split_word); the two halves of a word go to adjacent lanes, so that
@@ -1873,9 +1874,9 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
     const int tiles = p.tiles_y;
 
     // Per tile: (1) the GEMM issued, (2) meanwhile the next-but-one box's copy started (by warp 15) and the next box
-    // relaid into the other relaid buffer, (3) the statistics and the y pooling from registers, the tile's one
-    // barrier, then (4) the phases' statistics merged (by warps 0 and 1; fp32 mode: 12 and 13) and the x pooling
-    // stored.
+    // relaid into the other relaid buffer (fp32 mode: relaid before the issue), (3) the statistics and the y pooling
+    // from registers, the tile's one barrier, then (4) the phases' statistics merged (by warps 0 and 1; fp32 mode: 12
+    // and 13) and the x pooling stored.
     for (int iter = 0; pos.n < batch; ++iter) {
         const UnitPos next = advance(p, pos);
         const bool has_next = next.n < batch;
@@ -1885,7 +1886,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 
         float acc[16][4];
         const uint32_t qb = warp_uniform(q_low + static_cast<uint32_t>(buf * (quad_floats / 4)));
-        if constexpr (SPLIT) {  // box t + 1's gather, before this tile's products (only the relay warps wait for it)
+        if constexpr (SPLIT) {  // box t + 1's gather and store, before this tile's products (only the relay warps)
             if (has_next && tid < relay_threads) {
                 mbarrier_wait(&box_landed[buf ^ 1], static_cast<uint32_t>((iter + 1) >> 1) & 1u);
                 relay_gather(raw + (buf ^ 1) * box_floats, buf ^ 1);
