@@ -2121,12 +2121,17 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
 // The merge is Chan et al.'s, in two block sums instead of a pairwise tree: the group mean
 // mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
 // the two per thread at the end.
-__global__ void __launch_bounds__(kFinalThreads)
+// SHIFT_INPUT: the fp32 mode's offsets d_c (p.shift_input); a kernel of its own, so that the TF32 mode's registers
+// are not sized for that code. Four blocks per SM (64 registers): at 74 the fp32 kernel ran 18 % slower.
+template <bool SHIFT_INPUT>
+__global__ void __launch_bounds__(kFinalThreads, 4)
 affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
                     float eps, float lo, float hi) {
     extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale; then
-                                      // per channel, bias + d (double, after the cpg float4s)
+                                      // per channel, bias + d (double, after the cpg float4s); then (SHIFT_INPUT)
+                                      // input_shift's samples, [c_in][kShiftSamples] floats
     double* offset = reinterpret_cast<double*>(coef + p.c_out / groups);
+    float* shift_elements = reinterpret_cast<float*>(offset + p.c_out / groups);
     __shared__ double scratch[2][kFinalThreads / 32];
     const int tid = threadIdx.x;
     const int64_t n = p.batch - 1 - static_cast<int64_t>(blockIdx.x / groups);
@@ -2135,6 +2140,62 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     const int tiles = p.tiles_y * p.tiles_x;
     const double group_count = static_cast<double>(p.ho) * p.wo * cpg;
 
+    // In place over each channel's plane: a scalar head up to a 16-byte boundary, 16-byte accesses, a
+    // scalar tail (4-byte accesses left a third of the copy rate on the table: too few bytes in flight).
+    // Four channels at a time, each thread loading its 16-byte word of all four before it finishes and
+    // stores any, so that four loads are in flight per thread instead of one. A channel's head and tail
+    // (at most 3 values each) are one value per thread of the first head + tail threads, loaded with the
+    // words. The first batch is loaded here, before the merge below, whose round trips then hide its latency
+    // (at the KernelBench size that is all of a block's values: the merge and the loads were a chain).
+    constexpr int kBatch = 4;
+    const int plane = p.hp * p.wp;  // < 2^31: a plane of the input is
+    float* dst[kBatch];
+    int head[kBatch], body[kBatch], edges[kBatch], most = 0;
+    float4 q[kBatch];
+    float edge[kBatch];  // this thread's head value (tid < head) or tail value (tid - head < tail)
+    const auto plan_batch = [&](int c0) {
+        most = 0;
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int cl = min(c0 + u, cpg - 1);  // past cpg: a copy of the last channel, with nothing to do
+            dst[u] = p.out + (n * p.c_out + grp * cpg + cl) * plane;
+            head[u] = min(plane, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(dst[u]) & 15)) & 15) / 4));
+            body[u] = c0 + u < cpg ? (plane - head[u]) / 4 : 0;
+            edges[u] = c0 + u < cpg ? plane - 4 * body[u] : 0;  // head + tail, <= 6 <= kFinalThreads
+            most = max(most, body[u]);
+        }
+    };
+    const auto edge_index = [&](int u) { return tid < head[u] ? tid : 4 * body[u] + tid; };  // where tid < edges[u]
+    const auto load_words = [&](int v) {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+            if (v < body[u]) q[u] = reinterpret_cast<const float4*>(dst[u] + head[u])[v];
+    };
+    const auto load_edges = [&]() {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+            if (tid < edges[u]) edge[u] = dst[u][edge_index(u)];
+    };
+    plan_batch(0);
+    load_words(tid);
+    load_edges();  // (the loop below plans batch 0 again: cheaper than keeping the plan live through the merge)
+    const int taps = p.kh * p.kw;  // per (c, ci)
+    const auto sample_of = [&](int t) {  // element t % 16 of input_shift's samples of plane t / 16
+        return __ldg(input_plane(p, n, t / kShiftSamples) + shift_sample_offset(t % kShiftSamples, p.h, p.w));
+    };
+    const auto weight_sum = [&](int c, int ci) {
+        const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
+        double w_sum = 0.0;
+        for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
+        return w_sum;
+    };
+    float first_sample = 0.f;
+    double first_weight_sum = 0.0;
+    if constexpr (SHIFT_INPUT) {
+        if (tid < kShiftSamples * p.c_in) first_sample = sample_of(tid);
+        if ((tid >> 5) < cpg && (tid & 31) < p.c_in) first_weight_sum = weight_sum(grp * cpg + (tid >> 5), tid & 31);
+    }
+
     // The tile statistics are (mean, M2) of sign * conv without bias (pooling_sign); mean_t below is the conv's
     // mean with the bias.
     const auto tile_count = [&](int tile) {
@@ -2142,13 +2203,13 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
     };
     // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
     // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
-    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. The samples are
-    // loaded where r is needed, one round trip (loading them before the first loop, to hide that under its own,
-    // took 102 registers instead of 64; asking L2 for them there gained nothing: results/model_b/NOTES.md).
+    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. The samples were
+    // requested at the top, one per thread (16 per lane took 102 registers: results/model_b/NOTES.md), and pass
+    // through shared memory behind a barrier; each lane's first weight sum too, so that both round trips run
+    // beside the statistics' loads instead of after them.
     // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
     // that owns c.
     const int warp = tid >> 5, lane = tid & 31;
-    const int taps = p.kh * p.kw;  // per (c, ci)
     double moment = 0.0;
     for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
@@ -2156,15 +2217,16 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
                               static_cast<double>(__ldg(bias + c));  // (+ d_c: added below, per channel)
         moment += tile_count(tile) * mean_t;
     }
-    if (p.shift_input) {
+    if constexpr (SHIFT_INPUT) {
+        if (tid < kShiftSamples * p.c_in) shift_elements[tid] = first_sample;
+        for (int t = tid + kFinalThreads; t < kShiftSamples * p.c_in; t += kFinalThreads) shift_elements[t] = sample_of(t);
+        __syncthreads();
         for (int cl = warp; cl < cpg; cl += kFinalThreads / 32) {
             const int c = grp * cpg + cl;
             double d = 0.0;
             for (int ci = lane; ci < p.c_in; ci += 32) {
-                const float r = input_shift(p, n, ci);
-                const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
-                double w_sum = 0.0;
-                for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
+                const float r = input_shift_of(shift_elements + ci * kShiftSamples);
+                const double w_sum = cl == warp && ci == lane ? first_weight_sum : weight_sum(c, ci);
                 d += static_cast<double>(r) * w_sum;
             }
 #pragma unroll
@@ -2197,32 +2259,18 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
                                __ldg(beta + c) * __ldg(p.scale + c));
     }
     __syncthreads();
-    // In place over each channel's plane: a scalar head up to a 16-byte boundary, 16-byte accesses, a
-    // scalar tail (4-byte accesses left a third of the copy rate on the table: too few bytes in flight).
-    // Four channels at a time, each thread loading its 16-byte word of all four before it finishes and
-    // stores any, so that four loads are in flight per thread instead of one.
-    constexpr int kBatch = 4;
-    const int plane = p.hp * p.wp;  // < 2^31: a plane of the input is
     for (int c0 = 0; c0 < cpg; c0 += kBatch) {
-        float* dst[kBatch];
-        int head[kBatch], body[kBatch], most = 0;
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-            const int cl = min(c0 + u, cpg - 1);  // past cpg: a copy of the last channel, with nothing to do
-            dst[u] = p.out + (n * p.c_out + grp * cpg + cl) * plane;
-            head[u] = min(plane, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(dst[u]) & 15)) & 15) / 4));
-            body[u] = c0 + u < cpg ? (plane - head[u]) / 4 : 0;
-            most = max(most, body[u]);
+        plan_batch(c0);
+        if (c0 > 0) {
+            load_words(tid);
+            load_edges();
         }
         const auto finish = [&](int u, float v) {
             const float4 k = coef[c0 + u];
             return nan_min(nan_max(fmaf(k.z, (v - k.x) - k.y, k.w), lo), hi);
         };
         for (int v = tid; v < most; v += kFinalThreads) {
-            float4 q[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u)
-                if (v < body[u]) q[u] = reinterpret_cast<const float4*>(dst[u] + head[u])[v];
+            if (v != tid) load_words(v);
 #pragma unroll
             for (int u = 0; u < kBatch; ++u)
                 if (v < body[u]) {
@@ -2232,11 +2280,8 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
                 }
         }
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-            if (c0 + u >= cpg) break;
-            if (tid < head[u]) dst[u][tid] = finish(u, dst[u][tid]);
-            for (int e = head[u] + 4 * body[u] + tid; e < plane; e += kFinalThreads) dst[u][e] = finish(u, dst[u][e]);
-        }
+        for (int u = 0; u < kBatch; ++u)
+            if (tid < edges[u]) dst[u][edge_index(u)] = finish(u, edge[u]);
     }
 }
 
@@ -2614,9 +2659,10 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
-    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * (sizeof(float4) + sizeof(double));  // launch 2's
-    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: more than 2048 channels per group (",
-                std::to_string(c_out / groups), ")");
+    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * (sizeof(float4) + sizeof(double)) +
+                              (split3 ? sizeof(float) * kShiftSamples * static_cast<size_t>(c_in) : 0);  // launch 2's
+    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: too many channels per group (", std::to_string(c_out / groups),
+                ") or input channels (", std::to_string(c_in), ") for the finishing launch's 48 KB of shared memory");
     if (N == 0) return out;
 
     auto stats = torch::empty({N, tiles, c_out, 2}, x.options().dtype(torch::kFloat64));
@@ -2644,7 +2690,8 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     else
         kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    affine_clamp_kernel<<<static_cast<unsigned>(N * groups), kFinalThreads, coef_bytes, stream>>>(
+    (P.shift_input ? affine_clamp_kernel<true> : affine_clamp_kernel<false>)<<<static_cast<unsigned>(N * groups),
+                                                                                 kFinalThreads, coef_bytes, stream>>>(
         P, bias.data_ptr<float>(), beta.data_ptr<float>(), static_cast<int>(groups), static_cast<float>(eps),
         static_cast<float>(clamp_min), static_cast<float>(clamp_max));
     C10_CUDA_KERNEL_LAUNCH_CHECK();

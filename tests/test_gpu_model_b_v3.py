@@ -511,10 +511,11 @@ def test_extension_checks_name_the_argument():
             args[i] = v
         with pytest.raises(RuntimeError, match=pattern):
             ext.forward(*args)
-    # More than 2048 channels in one group: refused before either kernel launches (out stays untouched).
+    # More channels in one group than the finishing launch's shared memory holds (48 KB: 24 bytes per channel, and
+    # 64 per input channel in the fp32 mode): refused before either kernel launches (out stays untouched).
     big = torch.randn(3100, device="cuda")
     out_big = torch.full((2, 3100, 4, 4), 7.0, device="cuda")
-    with pytest.raises(RuntimeError, match="more than 2048 channels per group"):
+    with pytest.raises(RuntimeError, match="too many channels per group"):
         ext.forward(x, torch.randn(3100, 3, 3, 3, device="cuda"), big, big, big, big, 1, 2, -1.0, 1.0, 1e-5, False,
                     out_big)
     torch.cuda.synchronize()
