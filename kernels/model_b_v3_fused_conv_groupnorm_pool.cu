@@ -43,7 +43,7 @@
 //   than a standard deviation from these values (or the sums are not finite), a second pass centres on
 //   the values' own mean. After the tile's one barrier, warp 0 merges the 8 warps relative to warp 0's
 //   centre (float, no division but one) and stores (mean, M2) in float64 per (sample, tile, channel).
-//   Pass 2 of the model merges the tiles per group in float64 (Chan et al.'s merge as two block sums)
+//   Pass 2 of the model merges the tiles per group in float64 (Chan et al.'s merge as two warp sums)
 //   and evaluates Q - mu as (Q - s_hi) - s_lo with s = mu - bias = s_hi + s_lo two floats: inputs
 //   shifted by +100 cost no accuracy.
 //   The fp32 mode convolves x - r(n, ci) instead of x, r a value of the plane itself where the plane sits at an
@@ -2103,56 +2103,57 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: merge the statistics per (sample, group), then out = clamp(a * (Q - mu) + beta * scale)
 // ---------------------------------------------------------------------------------------------
-// Sum of v over the block, returned to every thread; `scratch` holds one double per warp (one barrier).
-__device__ __forceinline__ double block_sum(double v, double* scratch) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double total = 0.0;
-#pragma unroll
-    for (int w = 0; w < kFinalThreads / 32; ++w) total += scratch[w];
-    return total;
+// One warp per (sample, group) piece, `warps` pieces per block: a piece's merge is a warp's shuffles, with no
+// block barrier. (One block of 256 threads per piece, its merge two block sums, took 22-27 us at the KernelBench
+// size; its merge's chain alone took 20 us and its traffic in the pooled values 16 us: results/model_b/NOTES.md.)
+// Samples run last to first: kernel 1 wrote the last ones last, so they are the likeliest still in L2.
+// The merge is Chan et al.'s, in two warp sums instead of a pairwise tree: the group mean
+// mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
+// the two per lane at the end.
+// Dynamic shared memory per warp (finish_smem_bytes): per channel of the group a float4 of coefficients and a double
+// offset; SHIFT_INPUT (the fp32 mode's d_c, p.shift_input) also input_shift's samples, [c_in][kShiftSamples] floats,
+// and r per input channel. SHIFT_INPUT is a template parameter so that the TF32 mode's registers are not sized for it.
+__host__ __device__ constexpr size_t finish_smem_bytes(int cpg, int c_in, bool shift_input) {
+    return (static_cast<size_t>(cpg) * (sizeof(float4) + sizeof(double)) +
+            (shift_input ? sizeof(float) * (kShiftSamples + 1) * static_cast<size_t>(c_in) : 0) + 15) / 16 * 16;
 }
 
-// grid.x = N * G: block (n, g) merges the (tile, channel) statistics of its group in float64 and
-// finishes the group's pooled values in place. Dynamic shared memory: float4 per channel of the group.
-// Samples run last to first: kernel 1 wrote the last ones last, so they are the likeliest still in L2.
-// The merge is Chan et al.'s, in two block sums instead of a pairwise tree: the group mean
-// mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
-// the two per thread at the end.
-// SHIFT_INPUT: the fp32 mode's offsets d_c (p.shift_input); a kernel of its own, so that the TF32 mode's registers
-// are not sized for that code. Four blocks per SM (64 registers): at 74 the fp32 kernel ran 18 % slower.
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
 template <bool SHIFT_INPUT>
-__global__ void __launch_bounds__(kFinalThreads, 4)
-affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
-                    float eps, float lo, float hi) {
-    extern __shared__ float4 coef[];  // per channel of the group: sign * (s_hi, s_lo, a), beta * scale; then
-                                      // per channel, bias + d (double, after the cpg float4s); then (SHIFT_INPUT)
-                                      // input_shift's samples, [c_in][kShiftSamples] floats
-    double* offset = reinterpret_cast<double*>(coef + p.c_out / groups);
-    float* shift_elements = reinterpret_cast<float*>(offset + p.c_out / groups);
-    __shared__ double scratch[2][kFinalThreads / 32];
-    const int tid = threadIdx.x;
-    const int64_t n = p.batch - 1 - static_cast<int64_t>(blockIdx.x / groups);
-    const int grp = static_cast<int>(blockIdx.x % groups);
+__global__ void __launch_bounds__(kFinalThreads)
+finish_kernel(const Params p, const float* __restrict__ bias, const float* __restrict__ beta, int groups,
+              int warps, float eps, float lo, float hi) {
+    extern __shared__ __align__(16) unsigned char finish_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int cpg = p.c_out / groups;
+    const int64_t piece = static_cast<int64_t>(blockIdx.x) * warps + warp;
+    if (warp >= warps || piece >= p.batch * static_cast<int64_t>(groups)) return;  // no block barrier below
+    unsigned char* mine = finish_smem + warp * finish_smem_bytes(cpg, p.c_in, SHIFT_INPUT);
+    float4* coef = reinterpret_cast<float4*>(mine);  // sign * (s_hi, s_lo, a), beta * scale
+    double* offset = reinterpret_cast<double*>(coef + cpg);  // bias + d
+    float* shift_elements = reinterpret_cast<float*>(offset + cpg);  // SHIFT_INPUT: [c_in][kShiftSamples]
+    float* shifts = shift_elements + kShiftSamples * p.c_in;  // SHIFT_INPUT: r per input channel
+    const int64_t n = p.batch - 1 - piece / groups;
+    const int grp = static_cast<int>(piece % groups);
     const int tiles = p.tiles_y * p.tiles_x;
     const double group_count = static_cast<double>(p.ho) * p.wo * cpg;
 
-    // In place over each channel's plane: a scalar head up to a 16-byte boundary, 16-byte accesses, a
-    // scalar tail (4-byte accesses left a third of the copy rate on the table: too few bytes in flight).
-    // Four channels at a time, each thread loading its 16-byte word of all four before it finishes and
-    // stores any, so that four loads are in flight per thread instead of one. A channel's head and tail
-    // (at most 3 values each) are one value per thread of the first head + tail threads, loaded with the
-    // words. The first batch is loaded here, before the merge below, whose round trips then hide its latency
-    // (at the KernelBench size that is all of a block's values: the merge and the loads were a chain).
-    constexpr int kBatch = 4;
+    // In place over each channel's plane: a scalar head up to a 16-byte boundary, 16-byte words, a scalar tail
+    // (4-byte accesses left a third of the copy rate on the table: too few bytes in flight). kBatch channels at a
+    // time, kWords words of each per lane loaded before any is finished and stored; a channel's head and tail (at
+    // most 3 values each) are one value per lane of the first head + tail lanes. The first words are requested here,
+    // before the merge, whose round trips then hide their latency.
+    constexpr int kBatch = 4, kWords = 2;
     const int plane = p.hp * p.wp;  // < 2^31: a plane of the input is
     float* dst[kBatch];
     int head[kBatch], body[kBatch], edges[kBatch], most = 0;
-    float4 q[kBatch];
-    float edge[kBatch];  // this thread's head value (tid < head) or tail value (tid - head < tail)
+    float4 q[kWords][kBatch];
+    float edge[kBatch];  // this lane's head value (lane < head) or tail value (lane - head < tail)
     const auto plan_batch = [&](int c0) {
         most = 0;
 #pragma unroll
@@ -2161,94 +2162,93 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
             dst[u] = p.out + (n * p.c_out + grp * cpg + cl) * plane;
             head[u] = min(plane, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(dst[u]) & 15)) & 15) / 4));
             body[u] = c0 + u < cpg ? (plane - head[u]) / 4 : 0;
-            edges[u] = c0 + u < cpg ? plane - 4 * body[u] : 0;  // head + tail, <= 6 <= kFinalThreads
+            edges[u] = c0 + u < cpg ? plane - 4 * body[u] : 0;  // head + tail, <= 6 <= 32
             most = max(most, body[u]);
         }
     };
-    const auto edge_index = [&](int u) { return tid < head[u] ? tid : 4 * body[u] + tid; };  // where tid < edges[u]
-    const auto load_words = [&](int v) {
+    const auto edge_index = [&](int u) { return lane < head[u] ? lane : 4 * body[u] + lane; };  // where lane < edges[u]
+    const auto load_words = [&](int v0) {  // words v0 + 32 w of each channel of the batch
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-            if (v < body[u]) q[u] = reinterpret_cast<const float4*>(dst[u] + head[u])[v];
+        for (int w = 0; w < kWords; ++w)
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u)
+                if (v0 + 32 * w < body[u]) q[w][u] = reinterpret_cast<const float4*>(dst[u] + head[u])[v0 + 32 * w];
     };
     const auto load_edges = [&]() {
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
-            if (tid < edges[u]) edge[u] = dst[u][edge_index(u)];
+            if (lane < edges[u]) edge[u] = dst[u][edge_index(u)];
     };
     plan_batch(0);
-    load_words(tid);
-    load_edges();  // (the loop below plans batch 0 again: cheaper than keeping the plan live through the merge)
+    load_words(lane);
+    load_edges();
+
+    // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
+    // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
+    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. The samples are
+    // requested here, 16 c_in spread over the lanes, and pass through shared memory (16 per lane had taken 102
+    // registers: results/model_b/NOTES.md); lane ci then takes r of input channel ci once for all channels.
     const int taps = p.kh * p.kw;  // per (c, ci)
+    constexpr int kSamplesAhead = 4;  // per lane, in registers (at the KernelBench size, all 16 c_in = 128)
+    float sample[kSamplesAhead];
     const auto sample_of = [&](int t) {  // element t % 16 of input_shift's samples of plane t / 16
         return __ldg(input_plane(p, n, t / kShiftSamples) + shift_sample_offset(t % kShiftSamples, p.h, p.w));
     };
-    const auto weight_sum = [&](int c, int ci) {
-        const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
-        double w_sum = 0.0;
-        for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
-        return w_sum;
-    };
-    float first_sample = 0.f;
-    double first_weight_sum = 0.0;
     if constexpr (SHIFT_INPUT) {
-        if (tid < kShiftSamples * p.c_in) first_sample = sample_of(tid);
-        if ((tid >> 5) < cpg && (tid & 31) < p.c_in) first_weight_sum = weight_sum(grp * cpg + (tid >> 5), tid & 31);
+#pragma unroll
+        for (int k = 0; k < kSamplesAhead; ++k)
+            if (lane + 32 * k < kShiftSamples * p.c_in) sample[k] = sample_of(lane + 32 * k);
     }
 
     // The tile statistics are (mean, M2) of sign * conv without bias (pooling_sign); mean_t below is the conv's
-    // mean with the bias.
+    // mean with the bias (+ d_c: added after the loop, per channel).
     const auto tile_count = [&](int tile) {
         return static_cast<double>(tile_rows_valid(p, tile / p.tiles_x)) * tile_cols_valid(p, tile % p.tiles_x);
     };
-    // fp32 mode: kernel 1 convolved x - r(n, ci) (input_shift), so its statistics and pooled values lack the
-    // per-channel constant d_c = sum_ci r(n, ci) sum_taps w(c, ci, taps), computed below in float64 (exact
-    // products of floats, one rounding per add) and added with the bias: offset_c = bias_c + d_c. The samples were
-    // requested at the top, one per thread (16 per lane took 102 registers: results/model_b/NOTES.md), and pass
-    // through shared memory behind a barrier; each lane's first weight sum too, so that both round trips run
-    // beside the statistics' loads instead of after them.
-    // The first block sum's barrier publishes `offset`; the group mean gets Ho Wo d_c per channel from the warp
-    // that owns c.
-    const int warp = tid >> 5, lane = tid & 31;
     double moment = 0.0;
-    for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
+    for (int e = lane; e < tiles * cpg; e += 32) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double mean_t = pooling_sign(p, c) * p.stats[(n * tiles + tile) * p.c_out + c].x +
-                              static_cast<double>(__ldg(bias + c));  // (+ d_c: added below, per channel)
+                              static_cast<double>(__ldg(bias + c));
         moment += tile_count(tile) * mean_t;
     }
     if constexpr (SHIFT_INPUT) {
-        if (tid < kShiftSamples * p.c_in) shift_elements[tid] = first_sample;
-        for (int t = tid + kFinalThreads; t < kShiftSamples * p.c_in; t += kFinalThreads) shift_elements[t] = sample_of(t);
-        __syncthreads();
-        for (int cl = warp; cl < cpg; cl += kFinalThreads / 32) {
+#pragma unroll
+        for (int k = 0; k < kSamplesAhead; ++k)
+            if (lane + 32 * k < kShiftSamples * p.c_in) shift_elements[lane + 32 * k] = sample[k];
+        for (int t = lane + 32 * kSamplesAhead; t < kShiftSamples * p.c_in; t += 32) shift_elements[t] = sample_of(t);
+        __syncwarp();
+        for (int ci = lane; ci < p.c_in; ci += 32) shifts[ci] = input_shift_of(shift_elements + ci * kShiftSamples);
+        __syncwarp();
+        for (int cl = 0; cl < cpg; ++cl) {
             const int c = grp * cpg + cl;
             double d = 0.0;
             for (int ci = lane; ci < p.c_in; ci += 32) {
-                const float r = input_shift_of(shift_elements + ci * kShiftSamples);
-                const double w_sum = cl == warp && ci == lane ? first_weight_sum : weight_sum(c, ci);
-                d += static_cast<double>(r) * w_sum;
+                const float* w = p.weight + (static_cast<int64_t>(c) * p.c_in + ci) * taps;
+                double w_sum = 0.0;
+                for (int tap = 0; tap < taps; ++tap) w_sum += static_cast<double>(__ldg(w + tap));
+                d += static_cast<double>(shifts[ci]) * w_sum;
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            d = warp_sum(d);
             if (lane == 0) {
                 offset[cl] = static_cast<double>(__ldg(bias + c)) + d;
                 moment += static_cast<double>(p.ho) * p.wo * d;
             }
         }
     } else {
-        for (int cl = tid; cl < cpg; cl += kFinalThreads) offset[cl] = static_cast<double>(__ldg(bias + grp * cpg + cl));
+        for (int cl = lane; cl < cpg; cl += 32) offset[cl] = static_cast<double>(__ldg(bias + grp * cpg + cl));
     }
-    const double mean = block_sum(moment, scratch[0]) / group_count;
+    __syncwarp();  // offset
+    const double mean = warp_sum(moment) / group_count;
     double m2 = 0.0;
-    for (int e = tid; e < tiles * cpg; e += kFinalThreads) {
+    for (int e = lane; e < tiles * cpg; e += 32) {
         const int tile = e / cpg, c = grp * cpg + (e - tile * cpg);
         const double2 st = p.stats[(n * tiles + tile) * p.c_out + c];
         const double d = pooling_sign(p, c) * st.x + offset[c - grp * cpg] - mean;
         m2 += st.y + tile_count(tile) * d * d;
     }
-    const double rstd = 1.0 / sqrt(block_sum(m2, scratch[1]) / group_count + static_cast<double>(eps));
-    for (int cl = tid; cl < cpg; cl += kFinalThreads) {
+    const double rstd = 1.0 / sqrt(warp_sum(m2) / group_count + static_cast<double>(eps));
+    for (int cl = lane; cl < cpg; cl += 32) {
         const int c = grp * cpg + cl;
         const float gs = __ldg(p.gamma + c) * __ldg(p.scale + c);
         const double shift = mean - offset[cl];  // mu - bias - d: Q has neither
@@ -2258,30 +2258,33 @@ affine_clamp_kernel(const Params p, const float* __restrict__ bias, const float*
         coef[cl] = make_float4(sign * s_hi, sign * s_lo, sign * static_cast<float>(gs * rstd),
                                __ldg(beta + c) * __ldg(p.scale + c));
     }
-    __syncthreads();
+    __syncwarp();  // coef
     for (int c0 = 0; c0 < cpg; c0 += kBatch) {
         plan_batch(c0);
         if (c0 > 0) {
-            load_words(tid);
+            load_words(lane);
             load_edges();
         }
         const auto finish = [&](int u, float v) {
             const float4 k = coef[c0 + u];
             return nan_min(nan_max(fmaf(k.z, (v - k.x) - k.y, k.w), lo), hi);
         };
-        for (int v = tid; v < most; v += kFinalThreads) {
-            if (v != tid) load_words(v);
+        for (int v0 = lane; v0 < most; v0 += 32 * kWords) {
+            if (v0 != lane) load_words(v0);
 #pragma unroll
-            for (int u = 0; u < kBatch; ++u)
-                if (v < body[u]) {
-                    q[u].x = finish(u, q[u].x); q[u].y = finish(u, q[u].y);
-                    q[u].z = finish(u, q[u].z); q[u].w = finish(u, q[u].w);
-                    store_with_policy(reinterpret_cast<float4*>(dst[u] + head[u]) + v, q[u], l2_policy_evict_first());
-                }
+            for (int w = 0; w < kWords; ++w)
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u)
+                    if (v0 + 32 * w < body[u]) {
+                        float4 r = q[w][u];
+                        r.x = finish(u, r.x); r.y = finish(u, r.y); r.z = finish(u, r.z); r.w = finish(u, r.w);
+                        store_with_policy(reinterpret_cast<float4*>(dst[u] + head[u]) + v0 + 32 * w, r,
+                                          l2_policy_evict_first());
+                    }
         }
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
-            if (tid < edges[u]) dst[u][edge_index(u)] = finish(u, edge[u]);
+            if (lane < edges[u]) dst[u][edge_index(u)] = finish(u, edge[u]);
     }
 }
 
@@ -2659,10 +2662,11 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int64_t tiles = static_cast<int64_t>(P.tiles_y) * P.tiles_x;
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
-    const size_t coef_bytes = static_cast<size_t>(c_out / groups) * (sizeof(float4) + sizeof(double)) +
-                              (split3 ? sizeof(float) * kShiftSamples * static_cast<size_t>(c_in) : 0);  // launch 2's
-    TORCH_CHECK(coef_bytes <= 48 * 1024, "forward: too many channels per group (", std::to_string(c_out / groups),
+    // Launch 2: one warp per (sample, group), up to 8 per block as its shared memory allows (48 KB).
+    const size_t finish_bytes = finish_smem_bytes(static_cast<int>(c_out / groups), static_cast<int>(c_in), split3);
+    TORCH_CHECK(finish_bytes <= 48 * 1024, "forward: too many channels per group (", std::to_string(c_out / groups),
                 ") or input channels (", std::to_string(c_in), ") for the finishing launch's 48 KB of shared memory");
+    const int finish_warps = static_cast<int>(std::min<size_t>(kFinalThreads / 32, 48 * 1024 / finish_bytes));
     if (N == 0) return out;
 
     auto stats = torch::empty({N, tiles, c_out, 2}, x.options().dtype(torch::kFloat64));
@@ -2690,10 +2694,11 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     else
         kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    (P.shift_input ? affine_clamp_kernel<true> : affine_clamp_kernel<false>)<<<static_cast<unsigned>(N * groups),
-                                                                                 kFinalThreads, coef_bytes, stream>>>(
-        P, bias.data_ptr<float>(), beta.data_ptr<float>(), static_cast<int>(groups), static_cast<float>(eps),
-        static_cast<float>(clamp_min), static_cast<float>(clamp_max));
+    (P.shift_input ? finish_kernel<true> : finish_kernel<false>)<<<
+        static_cast<unsigned>((N * groups + finish_warps - 1) / finish_warps), 32 * finish_warps,
+        finish_warps * finish_bytes, stream>>>(P, bias.data_ptr<float>(), beta.data_ptr<float>(),
+                                               static_cast<int>(groups), finish_warps, static_cast<float>(eps),
+                                               static_cast<float>(clamp_min), static_cast<float>(clamp_max));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
