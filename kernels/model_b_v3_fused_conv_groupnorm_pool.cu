@@ -107,6 +107,9 @@
 //   output; any N >= 0, C_in >= 1, C_out >= 1 divisible by G, H, W; C_in * H * W < 2^31; the input
 //   boxes, weight fragments and stage within the GPU's shared memory (227 KB on an H100): at W = 128,
 //   C_in <= 24 with k = 3 and C_in <= 14 with k = 5 (C_in 32 with k = 3 is outside and runs v2).
+//   Not in `unsupported_reason` (which does not see the group count) and so raised by forward instead: a
+//   (sample, group) piece of the finishing launch within 48 KB of shared memory, 24 bytes per channel of the group
+//   and in the fp32 mode 68 more per input channel (about 2 000 channels per group).
 //
 // How to load it
 //   torch.utils.cpp_extension.load_inline(name="model_b_v3", cpp_sources="",
@@ -2078,7 +2081,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
         }
         // Pooling along x: the max over the 4 phases; warp w stores channels w, w + 16, ... (lane = xq). All 16 loads
         // come before the first store: each store is an asm statement with a memory clobber, which kept the next
-        // channel's loads behind it (loads first: 1.5-1.8 % faster in the TF32 mode, results/model_b/NOTES.md).
+        // channel's loads behind it (loads first: 1.5-1.9 % faster in the TF32 mode, results/model_b/NOTES.md).
         if (py < p.hp && lane < p.wp) {
             const float* e = stage + buf * 4 * kPhaseStagePlane + warp * kPhaseStageStride + lane;
             float pooled[4];

@@ -57,6 +57,8 @@ def test_kernelbench_size_parity_both_modes():
     ([4, 24, 3, 4, (24, 1, 1), 8, -1.0, 1.0], (2, 4, 43, 64)),         # pool 8 dividing W
     ([2, 16, 5, 2, (16, 1, 1), 16, -1.0, 1.0], (2, 2, 52, 32)),        # pool 16 dividing W
     ([40, 16, 1, 4, (16, 1, 1), 2, -1.0, 1.0], (2, 40, 21, 16)),       # 40 channels in: bulk copies by 32 lanes
+    ([3, 512, 3, 1, (512, 1, 1), 2, -1.0, 1.0], (5, 3, 12, 14)),       # 512 channels in a group: the finishing
+                                                                        # launch fits 3 (fp32) or 4 pieces per block
 ])
 def test_v3_envelope_cases(init, shape):
     model, fused = _models(init)
