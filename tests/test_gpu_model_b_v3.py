@@ -514,7 +514,7 @@ def test_extension_checks_name_the_argument():
         with pytest.raises(RuntimeError, match=pattern):
             ext.forward(*args)
     # More channels in one group than the finishing launch's shared memory holds (48 KB: 24 bytes per channel, and
-    # 64 per input channel in the fp32 mode): refused before either kernel launches (out stays untouched).
+    # 68 per input channel in the fp32 mode): refused before either kernel launches (out stays untouched).
     big = torch.randn(3100, device="cuda")
     out_big = torch.full((2, 3100, 4, 4), 7.0, device="cuda")
     with pytest.raises(RuntimeError, match="too many channels per group"):
