@@ -2134,8 +2134,8 @@ finish_kernel(const Params p, const float* __restrict__ bias, const float* __res
     extern __shared__ __align__(16) unsigned char finish_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int cpg = p.c_out / groups;
-    const int64_t piece = static_cast<int64_t>(blockIdx.x) * warps + warp;
-    if (warp >= warps || piece >= p.batch * static_cast<int64_t>(groups)) return;  // no block barrier below
+    const int64_t piece = static_cast<int64_t>(blockIdx.x) * warps + warp;  // (the launch has 32 x warps threads)
+    if (piece >= p.batch * static_cast<int64_t>(groups)) return;  // no block barrier below
     unsigned char* mine = finish_smem + warp * finish_smem_bytes(cpg, p.c_in, SHIFT_INPUT);
     float4* coef = reinterpret_cast<float4*>(mine);  // sign * (s_hi, s_lo, a), beta * scale
     double* offset = reinterpret_cast<double*>(coef + cpg);  // bias + d
