@@ -128,11 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1) epilogue_beside_products(long lon
 }  // namespace
 
 int main() {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, 0);
-    printf("%s (%d SMs)\n", prop.name, sms);
+    const int sms = print_device();
     long long *cycles = nullptr, *rounds = nullptr;
     float* sink = nullptr;
     cudaMalloc(&cycles, sms * 4 * sizeof(long long));

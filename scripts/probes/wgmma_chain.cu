@@ -76,11 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_rounds(long long* cycles, i
 }  // namespace
 
 int main() {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, 0);
-    printf("%s (%d SMs)\n", prop.name, sms);
+    const int sms = print_device();
     long long* cycles = nullptr;
     cudaMalloc(&cycles, sms * 4 * sizeof(long long));
     long long* host = new long long[sms * 4];

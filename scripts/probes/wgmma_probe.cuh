@@ -1,6 +1,6 @@
 // The probes' shared pieces (scripts/probes/wgmma_chain.cu, alu_beside_wgmma.cu): wgmma.m64n128k8 TF32 products
 // from shared memory, as model B's by-phase kernel issues them (kernels/model_b_v3_fused_conv_groupnorm_pool.cu).
-// Included inside each probe's anonymous namespace; needs <cstdint>.
+// Included inside each probe's anonymous namespace; needs <cstdint> and <cstdio>.
 #pragma once
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
@@ -26,4 +26,14 @@ __device__ __forceinline__ void mma_n128(float (&d)[16][4], uint32_t a_low, uint
         "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, ad, bd, p, 1, 1;\n}\n"
         : ACC32(d, 0), ACC32(d, 8)
         : "r"(a_low), "r"(b_low), "n"(256 >> 4), "n"(128 >> 4));
+}
+
+// Prints device 0's name and returns its SM count (each probe runs one CTA per SM).
+inline int print_device() {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, 0);
+    printf("%s (%d SMs)\n", prop.name, sms);
+    return sms;
 }
