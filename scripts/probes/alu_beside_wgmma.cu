@@ -10,7 +10,7 @@
 // SM; warpgroup 3 (one warp per scheduler) runs an epilogue-like loop for a fixed number of iterations, while 0 to 3
 // other warpgroups issue rounds of {fence; 9 accumulating wgmma.m64n128k8 TF32 products from shared memory; commit;
 // wait} until it is done. It prints warpgroup 3's cycles per iteration (clock64, averaged over its warps and the
-// SMs) and the products' rate meanwhile, for two loops:
+// SMs) and the products' rate meanwhile, for each of:
 //   "statistics": 64 values per lane, each d = v - c, then s += d and q = fma(d, d, q) in two chains each (the
 //                 kernel's shifted sums: registers only, about 200 FP instructions per iteration);
 //   "pooling":    16 shared loads and 12 max per lane and one 16-byte shared store (the x pooling's shape: shared
