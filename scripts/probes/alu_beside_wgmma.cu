@@ -16,7 +16,9 @@
 //   "pooling":    16 shared loads and 12 max per lane and one 16-byte shared store (the x pooling's shape: shared
 //                 memory, as the products' operands are);
 //   "nothing":    warpgroup 3 sleeps (__nanosleep) for about 400 us: the products' rate without other work, measured
-//                 the same way (the flag test costs two named barriers per round).
+//                 the same way (the flag test costs two named barriers per round);
+//   "max-min":    the statistics' shape with float max and min instead (FMNMX: about 190 per iteration);
+//   "integer":    the same with integer xor, shift and add (about 140 LOP3 and IADD3 per iteration).
 //
 // On an H100 80GB HBM3 (results/model_b/NOTES.md, 2026-11-27; the same to 1 % in a second run in the same process):
 //
@@ -26,9 +28,14 @@
 //   pooling, cycles per iteration      124     264     343     343
 //     tensor cores busy meanwhile      -       73 %    98 %    98 %
 //   nothing: tensor cores busy         -       76 %    100 %   100 %
+//   max-min, cycles per iteration      410     706     886     889
+//     tensor cores busy meanwhile      -       75 %    102 %   102 %
+//   integer, cycles per iteration      269     460     577     583
+//     tensor cores busy meanwhile      -       75 %    101 %   102 %
 //
-// So one warp per scheduler doing the statistics' arithmetic costs the products more than half their rate, and is
-// itself 13-41 % slower; shared-memory work leaves the products their rate and runs 2.1-2.8 times slower.
+// (Over 100 % is the rounds that end after warpgroup 3's loop.) So one warp per scheduler doing float adds and
+// multiply-adds costs the products more than half their rate, and is itself 13-41 % slower; shared-memory, float
+// max-min and integer work leave the products their rate and run 1.7-2.8 times slower.
 #include <cstdint>
 #include <cstdio>
 
@@ -43,7 +50,7 @@ constexpr int kSmemBytes = (kWeightFloats + kBoxFloats + kStageFloats) * 4;
 #include "wgmma_probe.cuh"
 
 // KIND 0: the statistics loop, 1: the pooling loop, 2: none (warpgroup 3 sleeps `iters` microseconds: the products'
-// rate alone, measured the same way). Warpgroups 0 .. products - 1 issue products until warpgroup 3's 4 warps are
+// rate alone, measured the same way), 3: float max and min in registers, 4: integer logic and adds in registers. Warpgroups 0 .. products - 1 issue products until warpgroup 3's 4 warps are
 // done; warpgroup 3 times `iters` iterations of its loop.
 template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1) epilogue_beside_products(long long* cycles, long long* rounds_done,
@@ -101,6 +108,38 @@ __global__ void __launch_bounds__(kThreads, 1) epilogue_beside_products(long lon
             result += m[0] + m[3];
             __syncwarp();  // the next iteration reads what other lanes stored
         }
+    } else if constexpr (KIND == 3) {  // float max and min in registers (FMNMX), as the y pooling
+        float v[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) v[i] = static_cast<float>(lane + i) * 0.01f;
+        float c = 0.5f;
+        for (int it = 0; it < iters; ++it) {
+            float hi_a = -1e30f, lo_a = 1e30f, hi_b = -1e30f, lo_b = 1e30f;
+#pragma unroll
+            for (int i = 0; i < 64; ++i) {
+                const float x = fmaxf(v[i], c);
+                if (i & 1) { hi_a = fmaxf(hi_a, x); lo_a = fminf(lo_a, x); }
+                else { hi_b = fmaxf(hi_b, x); lo_b = fminf(lo_b, x); }
+            }
+            c = (fmaxf(hi_a, hi_b) - fminf(lo_a, lo_b)) * 0.5f;  // the next iteration depends on this one
+        }
+        result = c;
+    } else if constexpr (KIND == 4) {  // integer logic and adds in registers
+        unsigned u[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) u[i] = static_cast<unsigned>(lane) * 2654435761u + static_cast<unsigned>(i) * 40503u;
+        unsigned c = 12345u;
+        for (int it = 0; it < iters; ++it) {
+            unsigned s_a = 0u, x_a = 0u, s_b = 0u, x_b = 0u;
+#pragma unroll
+            for (int i = 0; i < 64; ++i) {
+                const unsigned x = u[i] ^ c;
+                if (i & 1) { s_a += x; x_a ^= x >> 3; }
+                else { s_b += x; x_b ^= x >> 3; }
+            }
+            c = s_a + s_b + (x_a ^ x_b);  // the next iteration depends on this one
+        }
+        result = static_cast<float>(c);
     } else {
         float v[64];
 #pragma unroll
@@ -137,10 +176,11 @@ int main() {
     long long* host_cycles = new long long[sms * 4];
     long long* host_rounds = new long long[sms * 4];
     using Kernel = void (*)(long long*, long long*, float*, int, int);
-    const Kernel kernels[3] = {epilogue_beside_products<0>, epilogue_beside_products<1>, epilogue_beside_products<2>};
-    const char* names[3] = {"statistics", "pooling", "nothing"};
-    const int iters[3] = {2000, 8000, 400};
-    for (int kind = 0; kind < 3; ++kind) {
+    const Kernel kernels[5] = {epilogue_beside_products<0>, epilogue_beside_products<1>, epilogue_beside_products<2>,
+                               epilogue_beside_products<3>, epilogue_beside_products<4>};
+    const char* names[5] = {"statistics", "pooling", "nothing", "max-min", "integer"};
+    const int iters[5] = {2000, 8000, 400, 2000, 2000};
+    for (int kind = 0; kind < 5; ++kind) {
         cudaFuncSetAttribute(kernels[kind], cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
         for (int products = kind == 2 ? 1 : 0; products <= 3; ++products) {
             for (int rep = 0; rep < 2; ++rep)
