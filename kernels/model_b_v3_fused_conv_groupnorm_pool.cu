@@ -2657,6 +2657,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     const bool split3 = !allow_tf32;
+    const bool shift_input = split3;  // the fp32 mode convolves x - r(n, ci), and kernel 2 adds d back (Params)
     Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3, wgmma, by_phase);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     Params& P = plan.params;
@@ -2668,7 +2669,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
     // Launch 2: one warp per (sample, group), up to 8 per block as its shared memory allows (48 KB).
-    const size_t finish_bytes = finish_smem_bytes(static_cast<int>(c_out / groups), static_cast<int>(c_in), split3);
+    const size_t finish_bytes = finish_smem_bytes(static_cast<int>(c_out / groups), static_cast<int>(c_in), shift_input);
     TORCH_CHECK(finish_bytes <= 48 * 1024, "forward: too many channels per group (", std::to_string(c_out / groups),
                 ") or input channels (", std::to_string(c_in), ") for the finishing launch's 48 KB of shared memory");
     const int finish_warps = static_cast<int>(std::min<size_t>(kFinalThreads / 32, 48 * 1024 / finish_bytes));
@@ -2682,7 +2683,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.out = out.data_ptr<float>();
     P.stats = reinterpret_cast<double2*>(stats.data_ptr<double>());
     if (reinterpret_cast<uintptr_t>(P.x) % 16 != 0) P.bulk_copy = 0;  // bulk copies need 16-byte aligned sources
-    P.shift_input = split3 ? 1 : 0;
+    P.shift_input = shift_input ? 1 : 0;
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
@@ -2699,7 +2700,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     else
         kernel_for(plan, split3)<<<static_cast<unsigned>(ctas), kThreads, plan.smem_bytes, stream>>>(P);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    (P.shift_input ? finish_kernel<true> : finish_kernel<false>)<<<
+    (shift_input ? finish_kernel<true> : finish_kernel<false>)<<<
         static_cast<unsigned>((N * groups + finish_warps - 1) / finish_warps), 32 * finish_warps,
         finish_warps * finish_bytes, stream>>>(P, bias.data_ptr<float>(), beta.data_ptr<float>(),
                                                static_cast<int>(groups), finish_warps, static_cast<float>(eps),
