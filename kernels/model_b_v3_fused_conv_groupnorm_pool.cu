@@ -180,7 +180,6 @@ struct Params {
     int pool_in_registers;    // 1: windows pooled along x in registers (P in {2, 4, 8, 16} dividing BS)
     int bulk_copy;            // 1: boxes copied by TMA bulk copies (sm_90, whole rows, W % 4 = 0, x 16-byte aligned)
     int stage_stride;         // floats per channel in the stage: kRows / P + 4 (x-pooled) or kStageStride
-    int shift_input;          // 1 (fp32 mode): kernel 1 convolves x - r(n, ci) (input_shift); kernel 2 adds d back
     // The GEMM on wgmma (wgmma plans; see relay_box): the box relaid as channel quads,
     // [quad][phase 0..3][quad_plane_units 16-byte words], quad_groups quads (C_in padded to 8).
     int quad_groups;
@@ -2116,7 +2115,7 @@ conv_stats_pool_by_phase_kernel(const __grid_constant__ Params p) {
 // mu = sum(count_t * mean_t) / count, then M2 = sum(M2_t + count_t * (mean_t - mu)^2); no division but
 // the two per lane at the end.
 // Dynamic shared memory per warp (finish_smem_bytes): per channel of the group a float4 of coefficients and a double
-// offset; SHIFT_INPUT (the fp32 mode's d_c, p.shift_input) also input_shift's samples, [c_in][kShiftSamples] floats,
+// offset; SHIFT_INPUT (the fp32 mode's d_c) also input_shift's samples, [c_in][kShiftSamples] floats,
 // and r per input channel. SHIFT_INPUT is a template parameter so that the TF32 mode's registers are not sized for it.
 __host__ __device__ constexpr size_t finish_smem_bytes(int cpg, int c_in, bool shift_input) {
     return (static_cast<size_t>(cpg) * (sizeof(float4) + sizeof(double)) +
@@ -2657,7 +2656,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     const bool split3 = !allow_tf32;
-    const bool shift_input = split3;  // the fp32 mode convolves x - r(n, ci), and kernel 2 adds d back (Params)
+    const bool shift_input = split3;  // the fp32 mode convolves x - r(n, ci), and kernel 2 adds d back
     Plan plan = make_plan(H, W, c_in, c_out, kh, kw, pool, device, split3, wgmma, by_phase);
     TORCH_CHECK(plan.problem.empty(), "forward: outside v3's envelope: ", plan.problem);
     Params& P = plan.params;
@@ -2669,7 +2668,8 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     TORCH_CHECK(N < (int64_t{1} << 31) && N * groups < (int64_t{1} << 31),
                 "forward: batch too large: ", std::to_string(N));
     // Launch 2: one warp per (sample, group), up to 8 per block as its shared memory allows (48 KB).
-    const size_t finish_bytes = finish_smem_bytes(static_cast<int>(c_out / groups), static_cast<int>(c_in), shift_input);
+    const size_t finish_bytes =
+        finish_smem_bytes(static_cast<int>(c_out / groups), static_cast<int>(c_in), shift_input);
     TORCH_CHECK(finish_bytes <= 48 * 1024, "forward: too many channels per group (", std::to_string(c_out / groups),
                 ") or input channels (", std::to_string(c_in), ") for the finishing launch's 48 KB of shared memory");
     const int finish_warps = static_cast<int>(std::min<size_t>(kFinalThreads / 32, 48 * 1024 / finish_bytes));
@@ -2683,7 +2683,6 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     P.out = out.data_ptr<float>();
     P.stats = reinterpret_cast<double2*>(stats.data_ptr<double>());
     if (reinterpret_cast<uintptr_t>(P.x) % 16 != 0) P.bulk_copy = 0;  // bulk copies need 16-byte aligned sources
-    P.shift_input = shift_input ? 1 : 0;
 
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     P.batch = static_cast<int>(N);
