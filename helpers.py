@@ -8,8 +8,10 @@ One function per job:
                   ``gradient_parity``
 * autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model),
                   ``check_forward_under_autograd``, ``check_backward_uses_its_forward``
-* timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``measure_ceilings``
+* timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``batch_sweep``,
+                  ``measure_ceilings``
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
+                  ``plot_batch_sweep``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
 
 Units: times in milliseconds (``*_ms``), bandwidth in TB/s, arithmetic in TFLOP/s, sizes in bytes.
@@ -708,6 +710,45 @@ def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200
     return summary
 
 
+def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+                make_input: Callable[[int], torch.Tensor], batches: Sequence[int], *,
+                runs: int = 100) -> pd.DataFrame | None:
+    """Time every contender at each batch size: one interleaved ``benchmark`` per size, L2 flushed.
+
+    ``contenders`` maps names to callables taking the input; the first is the reference.
+    ``make_input(batch)`` draws a fresh input of that batch size. Before a size is timed, each
+    contender's output is checked against the reference's with KernelBench's criterion
+    (``torch.allclose``, atol = rtol = 1e-2, NaN unequal): a contender that fails raises
+    ParityError, since its time would mean nothing. (This is a guard, not the parity proof: that
+    is ``parity_sweep`` against float64.) Returns a long DataFrame, one row per (batch,
+    contender): median_ms, p10_ms, p90_ms, us_per_sample (median, microseconds) and
+    speedup_vs_first. Without a GPU it prints that and returns None.
+    """
+    if not gpu_available():
+        print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
+        return None
+    names = list(contenders)
+    tables = []
+    for batch in batches:
+        x = make_input(batch)
+        with torch.no_grad():
+            outs = {name: fn(x) for name, fn in contenders.items()}
+        reference = outs[names[0]]
+        wrong = [name for name, out in outs.items()
+                 if out.shape != reference.shape or not torch.allclose(out, reference, atol=1e-2, rtol=1e-2)]
+        if wrong:
+            raise ParityError(f"batch {batch}: {wrong} differ from {names[0]} beyond atol = rtol = 1e-2")
+        del outs, reference
+        with torch.no_grad():
+            summary = benchmark({name: (lambda fn=fn: fn(x)) for name, fn in contenders.items()}, runs=runs)
+        summary = summary.reset_index()
+        summary.insert(0, "batch", batch)
+        summary["us_per_sample"] = summary["median_ms"] * 1e3 / batch
+        tables.append(summary[["batch", "contender", "median_ms", "p10_ms", "p90_ms", "us_per_sample",
+                               "speedup_vs_first"]])
+    return pd.concat(tables, ignore_index=True)
+
+
 def _median_ms(fn: Callable[[], object], reps: int) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
@@ -868,6 +909,50 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
     fig.tight_layout()
     if save_stem:
         save_figure(fig, save_stem, "timing")
+    return fig
+
+
+def plot_batch_sweep(sweep: pd.DataFrame, flops_per_sample: float, ceilings: Mapping, env: Mapping,
+                     title: str, save_stem: str | None = None):
+    """``batch_sweep``'s table as two panels over the batch size (log axes).
+
+    Left: median time per sample (microseconds), whiskers p10-p90. Right: the conv's achieved rate,
+    ``flops_per_sample`` x batch / median (TFLOP/s of the model's conv, whatever a contender
+    actually multiplies), with the card's measured FP32 FFMA and TF32 matmul rates from
+    ``measure_ceilings`` drawn as horizontal lines. Saved as results/<save_stem>/batch_sweep.png
+    and .svg when ``save_stem`` is given. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(13, 5))
+    for i, (name, rows) in enumerate(sweep.groupby("contender", sort=False)):
+        rows = rows.sort_values("batch")
+        per_sample = 1e3 / rows["batch"]
+        err = [(rows["median_ms"] - rows["p10_ms"]) * per_sample, (rows["p90_ms"] - rows["median_ms"]) * per_sample]
+        style = dict(color=f"C{i}", marker="o", ms=4, label=name.strip())
+        ax_t.errorbar(rows["batch"], rows["us_per_sample"], yerr=err, capsize=2, **style)
+        ax_r.plot(rows["batch"], flops_per_sample * rows["batch"] / (rows["median_ms"] * 1e-3) / 1e12, **style)
+    for key, label, ls in (("tf32_TFLOPs", "TF32 matmul", "--"), ("fp32_TFLOPs", "FP32 FFMA matmul", ":")):
+        if key in ceilings:
+            ax_r.axhline(ceilings[key], color="grey", ls=ls, lw=1)
+            ax_r.annotate(f"{label}, measured: {ceilings[key]:.0f} TFLOP/s", (0.99, ceilings[key]),
+                          xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
+                          ha="right", fontsize=8, color="grey")
+    ax_t.set_ylabel("median time per sample (µs), whiskers p10-p90")
+    ax_r.set_ylabel("conv FLOPs / median time (TFLOP/s)")
+    batches = sorted(sweep["batch"].unique())
+    for ax in (ax_t, ax_r):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.grid(True, which="major", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
+    fig.tight_layout()
+    if save_stem:
+        save_figure(fig, save_stem, "batch_sweep")
     return fig
 
 

@@ -284,6 +284,33 @@ def test_results_round_trip_and_plots(tmp_path, monkeypatch):
         assert (tmp_path / "demo" / name).stat().st_size > 0, name
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_batch_sweep_without_gpu_says_so(capsys):
+    assert helpers.batch_sweep({"x": lambda x: x}, torch.rand, [1, 2]) is None
+    assert "No CUDA GPU" in capsys.readouterr().out
+
+
+def test_batch_sweep_plot_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(helpers, "RESULTS_DIR", tmp_path)
+    sweep = pd.DataFrame([(b, name, ms * b, 0.9 * ms * b, 1.1 * ms * b, 1e3 * ms, 1.0)
+                          for b in (1, 4, 16) for name, ms in (("eager", 0.02), ("fused", 0.005))],
+                         columns=["batch", "contender", "median_ms", "p10_ms", "p90_ms", "us_per_sample",
+                                  "speedup_vs_first"])
+    env = helpers.environment_report()
+    helpers.save_results("demo", env, batch_sweep=sweep)
+    back = helpers.load_results("demo")["batch_sweep"]
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), sweep)
+    fig = helpers.plot_batch_sweep(back, 1e9, {"tf32_TFLOPs": 400.0, "fp32_TFLOPs": 50.0}, env, "demo",
+                                   save_stem="demo")
+    time_ax, rate_ax = fig.axes
+    assert [line.get_label() for line in rate_ax.get_lines()[:2]] == ["eager", "fused"]
+    # 1 GFLOP per sample in 5 us per sample: 200 TFLOP/s at every batch size
+    assert rate_ax.get_lines()[1].get_ydata() == pytest.approx([200.0] * 3)
+    assert sorted(line.get_ydata()[0] for line in rate_ax.get_lines()[2:]) == [50.0, 400.0]  # the ceilings
+    for name in ("batch_sweep.png", "batch_sweep.svg", "batch_sweep.csv"):
+        assert (tmp_path / "demo" / name).stat().st_size > 0, name
+
+
 def test_environment_report_fields():
     env = helpers.environment_report()
     for key in ("gpu", "driver", "torch", "torch_cuda", "nvcc", "cudnn_allow_tf32", "matmul_allow_tf32",

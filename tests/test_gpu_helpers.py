@@ -1,0 +1,26 @@
+"""GPU tests of helpers.py's timing: what a notebook's sweep relies on."""
+import pytest
+import torch
+
+import helpers
+
+pytestmark = pytest.mark.gpu
+
+
+def test_batch_sweep_times_each_size_and_refuses_a_wrong_contender():
+    linear = torch.nn.Linear(64, 32).cuda()
+    contenders = {"eager": linear, "same maths": lambda x: x @ linear.weight.T + linear.bias}
+    sweep = helpers.batch_sweep(contenders, lambda b: torch.rand(b, 64, device="cuda"), [1, 8], runs=100)
+    assert list(sweep["batch"]) == [1, 1, 8, 8]
+    assert list(sweep["contender"]) == ["eager", "same maths"] * 2
+    assert (sweep["median_ms"] > 0).all()
+    assert sweep["us_per_sample"].tolist() == pytest.approx((sweep["median_ms"] * 1e3 / sweep["batch"]).tolist())
+    assert sweep.loc[sweep.contender == "eager", "speedup_vs_first"].tolist() == [1.0, 1.0]
+
+    off = {"eager": linear, "off by 0.1": lambda x: linear(x) + 0.1}
+    with pytest.raises(helpers.ParityError, match="off by 0.1"):
+        helpers.batch_sweep(off, lambda b: torch.rand(b, 64, device="cuda"), [4], runs=100)
+    nan_at_one = {"eager": linear, "NaN": lambda x: linear(x).index_fill(0, torch.tensor([0], device="cuda"),
+                                                                        float("nan"))}
+    with pytest.raises(helpers.ParityError, match="NaN"):
+        helpers.batch_sweep(nan_at_one, lambda b: torch.rand(b, 64, device="cuda"), [3], runs=100)
