@@ -728,7 +728,7 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
         print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
         return None
     names = list(contenders)
-    tables = []
+    tables, samples = [], []
     for batch in batches:
         x = make_input(batch)
         with torch.no_grad():
@@ -741,12 +741,16 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
         del outs, reference
         with torch.no_grad():
             summary = benchmark({name: (lambda fn=fn: fn(x)) for name, fn in contenders.items()}, runs=runs)
+        runs_of_size = summary.attrs.pop("samples")  # (pd.concat compares attrs, and cannot compare DataFrames)
+        samples.append(runs_of_size.assign(batch=batch)[["batch", "contender", "run", "ms"]])
         summary = summary.reset_index()
         summary.insert(0, "batch", batch)
         summary["us_per_sample"] = summary["median_ms"] * 1e3 / batch
         tables.append(summary[["batch", "contender", "median_ms", "p10_ms", "p90_ms", "us_per_sample",
                                "speedup_vs_first"]])
-    return pd.concat(tables, ignore_index=True)
+    sweep = pd.concat(tables, ignore_index=True)
+    sweep.attrs["samples"] = pd.concat(samples, ignore_index=True)
+    return sweep
 
 
 def _median_ms(fn: Callable[[], object], reps: int) -> float:

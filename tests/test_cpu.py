@@ -290,6 +290,33 @@ def test_batch_sweep_without_gpu_says_so(capsys):
     assert "No CUDA GPU" in capsys.readouterr().out
 
 
+def test_batch_sweep_logic_with_a_stand_in_timer(monkeypatch):
+    """batch_sweep's own logic on the CPU: ``benchmark`` replaced by a stand-in that calls each
+    contender once and reports fixed times (the real timer is covered by tests/test_gpu_helpers.py)."""
+    def stand_in(contenders, runs):
+        for fn in contenders.values():
+            fn()
+        samples = pd.DataFrame([{"contender": n, "run": i, "ms": 1.0 + k} for k, n in enumerate(contenders)
+                                for i in range(runs)])
+        summary = samples.groupby("contender", sort=False)["ms"].agg(
+            median_ms="median", p10_ms=lambda s: s.quantile(0.1), p90_ms=lambda s: s.quantile(0.9))
+        summary["speedup_vs_first"] = summary["median_ms"].iloc[0] / summary["median_ms"]
+        summary.attrs["samples"] = samples
+        return summary
+    monkeypatch.setattr(helpers, "gpu_available", lambda: True)
+    monkeypatch.setattr(helpers, "benchmark", stand_in)
+    linear = torch.nn.Linear(8, 4)
+    good = {"eager": linear, "same maths": lambda x: x @ linear.weight.T + linear.bias}
+    sweep = helpers.batch_sweep(good, lambda b: torch.rand(b, 8), [1, 4], runs=100)
+    assert list(zip(sweep.batch, sweep.contender)) == [(1, "eager"), (1, "same maths"), (4, "eager"), (4, "same maths")]
+    assert sweep.us_per_sample.tolist() == pytest.approx([1000.0, 2000.0, 250.0, 500.0])
+    assert len(sweep.attrs["samples"]) == 4 * 100 and set(sweep.attrs["samples"].batch) == {1, 4}
+    for wrong in (lambda x: linear(x) + 0.1, lambda x: linear(x).index_fill(0, torch.tensor([0]), float("nan")),
+                  lambda x: linear(x)[:, :3]):
+        with pytest.raises(helpers.ParityError, match="batch 3: \\['wrong'\\]"):
+            helpers.batch_sweep({"eager": linear, "wrong": wrong}, lambda b: torch.rand(b, 8), [3], runs=100)
+
+
 def test_batch_sweep_plot_round_trip(tmp_path, monkeypatch):
     monkeypatch.setattr(helpers, "RESULTS_DIR", tmp_path)
     sweep = pd.DataFrame([(b, name, ms * b, 0.9 * ms * b, 1.1 * ms * b, 1e3 * ms, 1.0)
