@@ -667,11 +667,16 @@ def flush_l2() -> None:
 
 
 def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200, warmup: int = 10,
-              flush: bool = True) -> pd.DataFrame | None:
+              flush: bool = True, queue_ahead_us: float = 0.0) -> pd.DataFrame | None:
     """Time each contender with CUDA events: ``runs`` runs each after ``warmup``, L2 flushed before each.
 
     Contenders are interleaved (run i of every contender before run i + 1 of any, in rotating
-    order) so drift in clocks or temperature hits all alike. Returns a DataFrame indexed by
+    order) so drift in clocks or temperature hits all alike. The time is from a start event to an
+    end event on the GPU, so it includes host overhead wherever the host is slower than the GPU
+    (the GPU then waits for launches). ``queue_ahead_us`` > 0 keeps the GPU busy that long
+    (``torch.cuda._sleep``, at least that long at clocks up to 2 GHz) after the flush and before
+    the start event, so that a contender's launches are queued before its start event runs: the
+    time is then the GPU's alone (for a contender that does not synchronize). Returns a DataFrame indexed by
     contender with median_ms, p10_ms, p90_ms, min_ms, mean_ms, runs and speedup_vs_first
     (median of the first contender over each median); the per-run samples are in
     ``df.attrs['samples']``. Without a GPU it prints that and returns None.
@@ -693,6 +698,8 @@ def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200
         for name in order:
             if flush:
                 flush_l2()
+            if queue_ahead_us > 0:
+                torch.cuda._sleep(int(queue_ahead_us * 2000))  # cycles: >= queue_ahead_us at <= 2 GHz
             start, end = events[name][i]
             start.record()
             contenders[name]()
@@ -712,8 +719,13 @@ def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200
 
 def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
                 make_input: Callable[[int], torch.Tensor], batches: Sequence[int], *,
-                runs: int = 100) -> pd.DataFrame | None:
+                runs: int = 100, queue_ahead_us: float = 500.0) -> pd.DataFrame | None:
     """Time every contender at each batch size: one interleaved ``benchmark`` per size, L2 flushed.
+
+    At small batch sizes a forward's host overhead (Python, dispatch, launches) can exceed its GPU
+    time, and timing it would measure the host. So each run is queued behind ``queue_ahead_us`` of
+    GPU sleep (see ``benchmark``) and the sweep reports GPU time: what the contenders cost the card,
+    not the latency a given host adds.
 
     ``contenders`` maps names to callables taking the input; the first is the reference.
     ``make_input(batch)`` draws a fresh input of that batch size. Before a size is timed, each
@@ -722,7 +734,8 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
     ParityError, since its time would mean nothing. (This is a guard, not the parity proof: that
     is ``parity_sweep`` against float64.) Returns a long DataFrame, one row per (batch,
     contender): median_ms, p10_ms, p90_ms, us_per_sample (median, microseconds) and
-    speedup_vs_first. Without a GPU it prints that and returns None.
+    speedup_vs_first; every run's time is in ``df.attrs['samples']`` (batch, contender, run, ms).
+    Without a GPU it prints that and returns None.
     """
     if not gpu_available():
         print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
@@ -740,7 +753,8 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
             raise ParityError(f"batch {batch}: {wrong} differ from {names[0]} beyond atol = rtol = 1e-2")
         del outs, reference
         with torch.no_grad():
-            summary = benchmark({name: (lambda fn=fn: fn(x)) for name, fn in contenders.items()}, runs=runs)
+            summary = benchmark({name: (lambda fn=fn: fn(x)) for name, fn in contenders.items()}, runs=runs,
+                                queue_ahead_us=queue_ahead_us)
         runs_of_size = summary.attrs.pop("samples")  # (pd.concat compares attrs, and cannot compare DataFrames)
         samples.append(runs_of_size.assign(batch=batch)[["batch", "contender", "run", "ms"]])
         summary = summary.reset_index()

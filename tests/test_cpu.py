@@ -293,7 +293,8 @@ def test_batch_sweep_without_gpu_says_so(capsys):
 def test_batch_sweep_logic_with_a_stand_in_timer(monkeypatch):
     """batch_sweep's own logic on the CPU: ``benchmark`` replaced by a stand-in that calls each
     contender once and reports fixed times (the real timer is covered by tests/test_gpu_helpers.py)."""
-    def stand_in(contenders, runs):
+    def stand_in(contenders, runs, queue_ahead_us):
+        assert queue_ahead_us == 500.0
         for fn in contenders.values():
             fn()
         samples = pd.DataFrame([{"contender": n, "run": i, "ms": 1.0 + k} for k, n in enumerate(contenders)

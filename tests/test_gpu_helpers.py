@@ -1,4 +1,6 @@
 """GPU tests of helpers.py's timing: what a notebook's sweep relies on."""
+import time
+
 import pytest
 import torch
 
@@ -24,3 +26,16 @@ def test_batch_sweep_times_each_size_and_refuses_a_wrong_contender():
                                                                         float("nan"))}
     with pytest.raises(helpers.ParityError, match="NaN"):
         helpers.batch_sweep(nan_at_one, lambda b: torch.rand(b, 64, device="cuda"), [3], runs=100)
+
+
+def test_queue_ahead_hides_host_overhead():
+    """A contender whose host side takes 2 ms before a tiny launch: timed plainly, the GPU waits for
+    the host and the time is >= 2 ms; queued behind 5 ms of GPU sleep, it is the kernel's alone."""
+    x = torch.rand(1024, device="cuda")
+    def slow_host():
+        time.sleep(0.002)
+        return x * 2
+    plain = helpers.benchmark({"slow host": slow_host}, runs=100, warmup=2)
+    ahead = helpers.benchmark({"slow host": slow_host}, runs=100, warmup=2, queue_ahead_us=5000)
+    assert plain.loc["slow host", "median_ms"] >= 1.9
+    assert ahead.loc["slow host", "median_ms"] < 0.2
