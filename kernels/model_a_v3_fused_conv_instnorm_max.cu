@@ -117,14 +117,16 @@
 //       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
 //   ext.unsupported_reason(in_size, batch, c_in, c_out, kernel, device) -> "" when v3 applies, else why not
 //   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0,
-//               tiles_per_warp=0, kh_reuse=True)
+//               tiles_per_warp=0, kh_reuse=True, specialised_gemm=True)
 //       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA, m16 tiles per warp (16 / NT
 //       or, for C_out <= 16, 14 / NT); any valid value gives the same result up to float rounding of the
 //       statistics; kh_reuse=False keeps the flat GEMM where kh reuse would apply, which changes the order
-//       of the k sum)
+//       of the k sum; specialised_gemm=False runs the instantiation with every GEMM variant where the plan's
+//       has one of its own (kGemmAny), the same arithmetic in a larger kernel)
 //   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0,
 //                 tiles_per_warp=0, kh_reuse=True)
-//       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, ...)
+//       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, the GEMM
+//       instantiation: 0 = kGemmAny, 1 = kGemmKh3TensorCoreSum, ...)
 //   ext.shift_samples(depth, rows, cols) -> the flat offsets of input_shift's 16 samples in a plane; and
 //   ext.input_shift_rule(samples) -> the r those samples give (the fp32 mode's rule, run on the host)
 
@@ -165,6 +167,17 @@ constexpr int kKhReuseMaxKernel = 3;
 // Not built for the fp32 mode with 4 n-tiles (C_out > 16): 48 weight registers beside 64 accumulators made ptxas
 // spill 212 bytes. The host plans the flat GEMM there.
 __host__ __device__ constexpr bool kh_reuse_built(int nt, bool split3) { return !(split3 && nt == 4); }
+// Which GEMM an instantiation holds. kGemmAny: all of its mode's variants (kh reuse for k = 3 and 2, the flat GEMM;
+// in the fp32 mode each with and without the tensor cores' accumulation), picked at run time from the plan.
+// kGemmKh3TensorCoreSum: the fp32 mode's kh reuse for k = 3 with the products accumulated in the tensor cores, alone
+// (the plan for k = 3 and C_in <= 4 where W is a multiple of 16; the KernelBench size's). Why: the fp32 kernel waits
+// on instruction fetch. With all six variants its <NT 2, MT 7> instantiation is 9 288 SASS instructions; ncu put
+// 39 % of its warps' stall cycles at batch 1 (caches flushed) and 6 % at batch 128 on "no instruction", against
+// 4 % and 1 % for the TF32 kernel. With one variant it is 6 272 instructions, and on an H100, timed after other
+// kernels with L2 flushed, the KernelBench size took 5 % less and batch 1 10 % less (results/model_a/NOTES.md).
+// The other variants keep the kGemmAny instantiations, so the kernel count grows by one per (NT, MT) only.
+constexpr int kGemmAny = 0;
+constexpr int kGemmKh3TensorCoreSum = 1;
 
 struct Params {
     const float* x;
@@ -577,10 +590,15 @@ __device__ __forceinline__ void warp_gemm_kh_reuse_mode(float (&acc)[MT][NT][4],
 }
 
 // The GEMM the plan chose: kh reuse or flat; in the fp32 mode, products accumulated in the tensor cores or in a
-// partial sum per k-step.
-template <int NT, int MT, bool SPLIT3>
+// partial sum per k-step. GEMM = kGemmKh3TensorCoreSum builds only that variant (see kGemmAny).
+template <int NT, int MT, bool SPLIT3, int GEMM>
 __device__ __forceinline__ void sample_gemm(float (&acc)[MT][NT][4], const float* a_base, const Params& p,
                                             const int2* taps, const float* weight_frag, int lane, int t, float scale) {
+    if constexpr (GEMM == kGemmKh3TensorCoreSum) {  // the host launches it only for such plans (gemm_of)
+        static_assert(SPLIT3 && kh_reuse_built(NT, SPLIT3), "kGemmKh3TensorCoreSum: the fp32 mode's kh reuse");
+        warp_gemm_kh_reuse<NT, MT, 3, true, true>(acc, a_base, p.w, taps, weight_frag, p.tap_steps, lane, t, scale);
+        return;
+    }
     if constexpr (kh_reuse_built(NT, SPLIT3)) {
         static_assert(kKhReuseMaxKernel == 3, "the dispatch below covers k = 2 and 3");
         if (p.kh_reuse) {
@@ -649,7 +667,7 @@ struct SmemLayout {
 // ---------------------------------------------------------------------------------------------
 // grid.x = cluster * clusters, cluster dims (cluster, 1, 1), clusters <= N: persistent clusters, cluster i
 // computes samples i, i + clusters, i + 2 * clusters, ...
-template <int NT, int MT, bool SPLIT3>
+template <int NT, int MT, bool SPLIT3, int GEMM>
 __global__ void __launch_bounds__(kMaxThreads, 1)
 fused_conv_instnorm_max_kernel(const Params p) {
     static_assert(MT * NT <= kTilesPerWarp, "at most 64 accumulators per thread");
@@ -951,8 +969,8 @@ fused_conv_instnorm_max_kernel(const Params p) {
 
         // Every warp computes all MT of its tiles (the box and row table are sized for warps * MT tiles;
         // rows past this CTA's share are dropped like any invalid row): see warp_gemm.
-        sample_gemm<NT, MT, SPLIT3>(acc, box + warp_row0 + g, p, taps, weight_frag, lane, t,
-                                    SPLIT3 ? exp2_int(box_exponent) : 1.f);
+        sample_gemm<NT, MT, SPLIT3, GEMM>(acc, box + warp_row0 + g, p, taps, weight_frag, lane, t,
+                                          SPLIT3 ? exp2_int(box_exponent) : 1.f);
         if constexpr (SPLIT3) {  // acc * 2^-(box_exponent + weight exponent of the column), in two exact halves
 #pragma unroll
             for (int j = 0; j < NT; ++j)
@@ -1412,25 +1430,40 @@ const std::vector<int>& mt_choices(int nt) {
     return nt == 1 ? one : (nt == 2 ? two : four);
 }
 
-// The instantiation for a plan's n-tiles, tiles per warp and accuracy mode.
-template <int NT, int MT>
-KernelFn kernel_for_mode(bool split3) {
-    return split3 ? fused_conv_instnorm_max_kernel<NT, MT, true> : fused_conv_instnorm_max_kernel<NT, MT, false>;
+// The GEMM instantiation a plan runs (see kGemmAny): kGemmKh3TensorCoreSum where it is the plan's GEMM, unless
+// `specialised` is false (tests compare the two).
+int gemm_of(const Plan& plan, bool split3, bool specialised = true) {
+    const Params& P = plan.params;
+    return specialised && split3 && kh_reuse_built(plan.nt, split3) && P.kh_reuse && P.k == 3 && P.tc_accumulate
+               ? kGemmKh3TensorCoreSum
+               : kGemmAny;
 }
-KernelFn kernel_for(int nt, int mt, bool split3) {
-    if (nt == 1) return mt == 16 ? kernel_for_mode<1, 16>(split3) : kernel_for_mode<1, 14>(split3);
-    if (nt == 2) return mt == 8 ? kernel_for_mode<2, 8>(split3) : kernel_for_mode<2, 7>(split3);
-    return kernel_for_mode<4, 4>(split3);
+
+// The instantiation for a plan's n-tiles, tiles per warp, accuracy mode and GEMM.
+template <int NT, int MT>
+KernelFn kernel_for_mode(bool split3, int gemm) {
+    if (!split3) return fused_conv_instnorm_max_kernel<NT, MT, false, kGemmAny>;
+    if constexpr (kh_reuse_built(NT, true)) {
+        if (gemm == kGemmKh3TensorCoreSum) return fused_conv_instnorm_max_kernel<NT, MT, true, kGemmKh3TensorCoreSum>;
+    }
+    return fused_conv_instnorm_max_kernel<NT, MT, true, kGemmAny>;
+}
+KernelFn kernel_for(const Plan& plan, bool split3, bool specialised = true) {
+    const int nt = plan.nt, mt = plan.mt, gemm = gemm_of(plan, split3, specialised);
+    if (nt == 1) return mt == 16 ? kernel_for_mode<1, 16>(split3, gemm) : kernel_for_mode<1, 14>(split3, gemm);
+    if (nt == 2) return mt == 8 ? kernel_for_mode<2, 8>(split3, gemm) : kernel_for_mode<2, 7>(split3, gemm);
+    return kernel_for_mode<4, 4>(split3, gemm);
 }
 
 // With one_cta_per_sm, the clusters that fit with at most one CTA on each SM (the query asks for all of an SM's
 // shared memory): past that many, clusters share SMs even where other SMs are idle.
+// It also sets the attributes the launch needs on the instantiation the plan runs (kernel_for).
 int active_clusters(const Plan& plan, bool split3, int device, std::string* why = nullptr,
-                    bool one_cta_per_sm = false) {
+                    bool one_cta_per_sm = false, bool specialised = true) {
     static std::mutex mutex;
     static std::map<std::tuple<KernelFn, int, int, size_t, bool>, std::pair<int, std::string>> cache;
     const std::lock_guard<std::mutex> lock(mutex);
-    const KernelFn kernel = kernel_for(plan.nt, plan.mt, split3);
+    const KernelFn kernel = kernel_for(plan, split3, specialised);
     const auto key = std::make_tuple(kernel, device, plan.cluster, plan.smem_bytes, one_cta_per_sm);
     auto it = cache.find(key);
     if (it == cache.end()) {
@@ -1591,7 +1624,8 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t batch, int6
 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& multiplier,
                       double clamp_min, double clamp_max, double eps, bool allow_tf32, torch::Tensor out,
-                      int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp, bool kh_reuse) {
+                      int64_t cluster_size, int64_t warps_per_cta, int64_t tiles_per_warp, bool kh_reuse,
+                      bool specialised_gemm) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ", c10::toString(x.scalar_type()));
     TORCH_CHECK(x.dim() == 5, "forward: x must be 5-D (N, C_in, D, H, W), got shape ", str_of(x.sizes()));
@@ -1644,13 +1678,13 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
 
     // Persistent clusters: as many as fit at once (at most one per sample); each loops over its samples.
     std::string why;
-    const int active = active_clusters(plan, split3, device, &why);
+    const int active = active_clusters(plan, split3, device, &why, false, specialised_gemm);
     TORCH_CHECK(active >= 1, "forward: ", unschedulable(plan, why));
     const int64_t clusters = std::min<int64_t>(N, active);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t config = launch_config(plan, clusters, stream, attr);
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan.nt, plan.mt, split3), P));
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel_for(plan, split3, specialised_gemm), P));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
@@ -1671,7 +1705,8 @@ std::map<std::string, int64_t> plan_info(std::vector<int64_t> in_size, int64_t b
             {"active_clusters", active_clusters(plan, !allow_tf32, static_cast<int>(device))},
             {"tap_order", plan.params.tap_order}, {"box_pitch", plan.params.box_pitch},
             {"a_load_wavefronts", plan.a_wavefronts}, {"tc_accumulate", plan.params.tc_accumulate},
-            {"kh_reuse", plan.params.kh_reuse}, {"tap_steps", plan.params.tap_steps}};
+            {"kh_reuse", plan.params.kh_reuse}, {"tap_steps", plan.params.tap_steps},
+            {"gemm", gemm_of(plan, !allow_tf32)}};
 }
 
 // The fp32 mode's input_shift rule and its sample offsets, run on the host: for tests (the kernels' own code,
@@ -1705,7 +1740,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("forward", &model_a_v3::forward, "out[n,s] = max_c m_c*clamp(instnorm(m_c*conv3d(x))[n,c,s], lo, hi)",
           py::arg("x"), py::arg("weight"), py::arg("multiplier"), py::arg("clamp_min"), py::arg("clamp_max"),
           py::arg("eps"), py::arg("allow_tf32"), py::arg("out"), py::arg("cluster_size") = 0,
-          py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0, py::arg("kh_reuse") = true);
+          py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0, py::arg("kh_reuse") = true,
+          py::arg("specialised_gemm") = true);
     m.def("plan_info", &model_a_v3::plan_info, "the launch plan v3 picks for these sizes", py::arg("in_size"),
           py::arg("batch"), py::arg("c_in"), py::arg("c_out"), py::arg("kernel"), py::arg("allow_tf32"),
           py::arg("device"), py::arg("cluster_size") = 0, py::arg("warps_per_cta") = 0, py::arg("tiles_per_warp") = 0,

@@ -525,6 +525,45 @@ def test_kh_reuse_matches_the_flat_gemm(init, shape, knobs, expected):
             torch.testing.assert_close(outs[True], outs[False], atol=(5e-3 if tf32 else 5e-5 * (1 + shift)), rtol=0)
 
 
+# (init, input shape, tiles per warp, GEMM instantiation expected in the fp32 mode: 1 = kGemmKh3TensorCoreSum)
+_GEMM_CASES = [
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 3, 16, 32, 32), 0, 1),   # the KernelBench plan: NT 2, MT 7
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (3, 3, 6, 9, 32), 8, 1),     # NT 2, MT 8
+    ([2, 5, 3, (5, 1, 1, 1), -0.4, 0.9], (2, 2, 7, 8, 16), 14, 1),      # NT 1, MT 14
+    ([4, 8, 3, (8, 1, 1, 1), -1.5, 0.5], (1, 4, 5, 11, 48), 16, 1),     # NT 1, MT 16; C_in 4: 108 taps
+    ([5, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 5, 6, 7, 16), 0, 0),     # C_in 5: 135 taps, partial sums
+    ([2, 5, 2, (5, 1, 1, 1), -0.6, 0.8], (3, 2, 7, 9, 16), 0, 0),       # k 2
+    ([3, 16, 3, (16, 1, 1, 1), -1.0, 1.0], (2, 3, 8, 12, 31), 0, 0),    # W 31: the flat GEMM
+    ([3, 32, 3, (32, 1, 1, 1), -1.0, 1.0], (2, 3, 6, 8, 32), 0, 0),     # C_out 32: NT 4, no kh reuse in fp32
+]
+
+
+@pytest.mark.parametrize("init, shape, tiles_per_warp, expected", _GEMM_CASES)
+def test_specialised_gemm_matches_the_general_instantiation(init, shape, tiles_per_warp, expected):
+    """Where the fp32 plan's GEMM has an instantiation of its own (kGemmKh3TensorCoreSum), it computes what the
+    instantiation with every variant computes, to the bit; elsewhere, and in the TF32 mode, plan_info says the
+    general one runs."""
+    ext = _v3_ext()
+    device = torch.cuda.current_device()
+    c_in, c_out, k = init[0], init[1], init[2]
+    model, _ = _models(init, modes=())
+    helpers.randomize_parameters(model, seed=41)
+    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    for tf32 in (False, True):
+        info = ext.plan_info(list(shape[2:]), shape[0], c_in, c_out, [k] * 3, tf32, device,
+                             tiles_per_warp=tiles_per_warp)
+        assert info["gemm"] == (0 if tf32 else expected), (tf32, info)
+    for shift in (0.0, 100.0):
+        x = torch.rand(shape, device="cuda") + shift
+        outs = {}
+        for specialised in (True, False):
+            out = torch.full((shape[0], *[n - k + 1 for n in shape[2:]]), float("nan"), device="cuda")
+            outs[specialised] = ext.forward(x, w, m, init[4], init[5], 1e-5, False, out,
+                                            tiles_per_warp=tiles_per_warp, specialised_gemm=specialised)
+        assert not outs[True].isnan().any()
+        assert torch.equal(outs[True], outs[False]), (shift, (outs[True] - outs[False]).abs().max().item())
+
+
 def test_persistent_clusters_many_samples_each():
     """More samples than clusters fit at once: each persistent cluster computes several samples in turn,
     so both slots of the statistics exchange are used and each box is loaded during the sample before."""
