@@ -51,7 +51,9 @@
 //   k-steps: see warp_gemm). The TF32 mode (allow_tf32) does one m16n8k8 TF32 product per k8 step, like cuDNN
 //   with allow_tf32: weights rounded to TF32, inputs truncated to TF32 by the tensor cores (see
 //   load_a_fragment); FP16 operands there measured 12 % slower (the scaling and conversion cost more than the
-//   halved mma saved).
+//   halved mma saved). The fp32 kernel is large enough to wait on instruction fetch, so its most common GEMM
+//   (kh reuse, k = 3, products summed in the tensor cores: the KernelBench size's) has instantiations of its
+//   own, a third smaller (kGemmKh3TensorCoreSum; 5 % faster at the KernelBench size, 12 % at batch 1).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
 //   sums (y - c) and (y - c)^2, all from registers and shuffles; sixteen lanes per channel combine the
 //   warps' (count, mean, M2) in float64 (no division: the inverse counts are computed once) and store the
@@ -170,7 +172,7 @@ __host__ __device__ constexpr bool kh_reuse_built(int nt, bool split3) { return 
 // Which GEMM an instantiation holds. kGemmAny: all of its mode's variants (kh reuse for k = 3 and 2, the flat GEMM;
 // in the fp32 mode each with and without the tensor cores' accumulation), picked at run time from the plan.
 // kGemmKh3TensorCoreSum: the fp32 mode's kh reuse for k = 3 with the products accumulated in the tensor cores, alone
-// (the plan for k = 3 and C_in <= 4 where W is a multiple of 16; the KernelBench size's). Why: the fp32 kernel waits
+// (the plan for k = 3 and C_in <= 3 where W is a multiple of 16; the KernelBench size's). Why: the fp32 kernel waits
 // on instruction fetch. With all six variants its <NT 2, MT 7> instantiation is 9 288 SASS instructions; ncu put
 // 39 % of its warps' stall cycles at batch 1 (caches flushed) and 6 % at batch 128 on "no instruction", against
 // 4 % and 1 % for the TF32 kernel. With one variant it is 6 272 instructions, and on an H100, timed after other
