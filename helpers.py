@@ -890,6 +890,15 @@ def save_figure(fig, stem: str, name: str) -> None:
     fig.savefig(folder / f"{name}.svg", bbox_inches="tight")
 
 
+def _titled_and_saved(fig, title: str, env: Mapping, save_stem: str | None, name: str):
+    """A figure's title over its run stamp; saved as results/<save_stem>/<name>.png and .svg when asked."""
+    fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
+    fig.tight_layout()
+    if save_stem:
+        save_figure(fig, save_stem, name)
+    return fig
+
+
 def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str | None = None,
                  baseline: str | None = None):
     """Two bar charts: median time (ms, whiskers p10-p90) and speedup over ``baseline``.
@@ -923,11 +932,7 @@ def plot_timings(summary: pd.DataFrame, env: Mapping, title: str, save_stem: str
     for ax in (ax_t, ax_s):
         ax.invert_yaxis()
         ax.margins(x=0.18)
-    fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
-    fig.tight_layout()
-    if save_stem:
-        save_figure(fig, save_stem, "timing")
-    return fig
+    return _titled_and_saved(fig, title, env, save_stem, "timing")
 
 
 def plot_batch_sweep(sweep: pd.DataFrame, flops_per_sample: float, ceilings: Mapping, env: Mapping,
@@ -967,11 +972,7 @@ def plot_batch_sweep(sweep: pd.DataFrame, flops_per_sample: float, ceilings: Map
         ax.set_xlabel("batch size")
         ax.grid(True, which="major", alpha=0.3)
     ax_t.legend(fontsize=8)
-    fig.suptitle(f"{title}\n{stamp(env)}", fontsize=10)
-    fig.tight_layout()
-    if save_stem:
-        save_figure(fig, save_stem, "batch_sweep")
-    return fig
+    return _titled_and_saved(fig, title, env, save_stem, "batch_sweep")
 
 
 def plot_roofline(summary: pd.DataFrame, floors_ms: Mapping[str, float], env: Mapping, title: str,

@@ -29,6 +29,14 @@ def _v3_ext():
     return A._load_extension(A.KERNEL_V3)
 
 
+def _model_and_operands(init, seed):
+    """The reference model with fresh weights (helpers.randomize_parameters), and its conv weight and multiplier
+    as the extension takes them."""
+    model, _ = _models(init, modes=())
+    helpers.randomize_parameters(model, seed=seed)
+    return model, model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+
+
 def test_kernelbench_size_parity_both_modes():
     model, fused = _models(A.get_init_inputs())
     x = torch.rand(A.batch_size, A.in_channels, A.depth, A.height, A.width, device="cuda")
@@ -499,9 +507,7 @@ def test_kh_reuse_matches_the_flat_gemm(init, shape, knobs, expected):
     ext = _v3_ext()
     device = torch.cuda.current_device()
     c_in, c_out, k = init[0], init[1], init[2]
-    model, _ = _models(init, modes=())
-    helpers.randomize_parameters(model, seed=40)
-    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    model, w, m = _model_and_operands(init, seed=40)
     for tf32, want in zip((False, True), expected):
         info = ext.plan_info(list(shape[2:]), shape[0], c_in, c_out, [k] * 3, tf32, device, cluster_size=knobs[0],
                              tiles_per_warp=knobs[1])
@@ -546,9 +552,7 @@ def test_specialised_gemm_matches_the_general_instantiation(init, shape, tiles_p
     ext = _v3_ext()
     device = torch.cuda.current_device()
     c_in, c_out, k = init[0], init[1], init[2]
-    model, _ = _models(init, modes=())
-    helpers.randomize_parameters(model, seed=41)
-    w, m = model.conv.weight.detach().float(), model.multiplier.detach().float().reshape(-1).contiguous()
+    model, w, m = _model_and_operands(init, seed=41)
     for tf32 in (False, True):
         info = ext.plan_info(list(shape[2:]), shape[0], c_in, c_out, [k] * 3, tf32, device,
                              tiles_per_warp=tiles_per_warp)
