@@ -176,7 +176,7 @@ __host__ __device__ constexpr bool kh_reuse_built(int nt, bool split3) { return 
 // on instruction fetch. With all six variants its <NT 2, MT 7> instantiation is 9 288 SASS instructions; ncu put
 // 39 % of its warps' stall cycles at batch 1 (caches flushed) and 6 % at batch 128 on "no instruction", against
 // 4 % and 1 % for the TF32 kernel. With one variant it is 6 272 instructions, and on an H100, timed after other
-// kernels with L2 flushed, the KernelBench size took 5 % less and batch 1 10 % less (results/model_a/NOTES.md).
+// kernels with L2 flushed, the KernelBench size took 5 % less and batch 1 12 % less (results/model_a/NOTES.md).
 // The other variants keep the kGemmAny instantiations, so the kernel count grows by one per (NT, MT) only.
 constexpr int kGemmAny = 0;
 constexpr int kGemmKh3TensorCoreSum = 1;
