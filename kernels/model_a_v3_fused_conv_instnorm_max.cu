@@ -53,7 +53,10 @@
 //   load_a_fragment); FP16 operands there measured 12 % slower (the scaling and conversion cost more than the
 //   halved mma saved). The fp32 kernel is large enough to wait on instruction fetch, so its most common GEMM
 //   (kh reuse, k = 3, products summed in the tensor cores: the KernelBench size's) has instantiations of its
-//   own, a third smaller (kGemmKh3TensorCoreSum; 5 % faster at the KernelBench size, 12 % at batch 1).
+//   own, a third smaller (kGemmKh3TensorCoreSum; 5 % faster at the KernelBench size, 12 % at batch 1). At
+//   small batches a plan of 4 tiles per warp (a third of the straight-line statistics and epilogue code per
+//   warp, which a sample's single pass fetches cold) took the fp32 mode 21 % faster at batches 1-4 of the
+//   KernelBench size, the TF32 mode 3 % (see mt_choices).
 //   Statistics: each warp sums its valid rows per channel (giving its own centre c, its mean), then
 //   sums (y - c) and (y - c)^2, all from registers and shuffles; sixteen lanes per channel combine the
 //   warps' (count, mean, M2) in float64 (no division: the inverse counts are computed once) and store the
@@ -121,7 +124,7 @@
 //   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0,
 //               tiles_per_warp=0, kh_reuse=True, specialised_gemm=True)
 //       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA, m16 tiles per warp (16 / NT
-//       or, for C_out <= 16, 14 / NT); any valid value gives the same result up to float rounding of the
+//       or, for C_out <= 16, 14 / NT, and for 9 <= C_out <= 16 also 4); any valid value gives the same result up to float rounding of the
 //       statistics; kh_reuse=False keeps the flat GEMM where kh reuse would apply, which changes the order
 //       of the k sum; specialised_gemm=False runs the instantiation with every GEMM variant where the plan's
 //       has one of its own (kGemmAny), the same arithmetic in a larger kernel)
@@ -1426,9 +1429,14 @@ using KernelFn = void (*)(Params);
 
 // Tiles per warp the kernel is built for, per n-tile count: 16 / NT (64 accumulators), and for NT = 1, 2 also
 // 14 / NT, which makes 16 warps of a CTA hold the 112 tiles that 14 warps of 8 would (4 warps on each of the
-// SM's 4 schedulers instead of 4, 4, 3, 3: the KernelBench size's plan).
+// SM's 4 schedulers instead of 4, 4, 3, 3: the KernelBench size's plan). For NT = 2 also 4: where a batch
+// leaves SMs idle, more CTAs of fewer tiles per warp. A warp runs its statistics and epilogue once per sample
+// as straight-line code unrolled over its tiles (1 900 SASS instructions at 7 tiles in the fp32 mode), which a
+// small batch fetches cold: at batches 1-4 of the KernelBench size (14 CTAs of 16 warps of 4 tiles instead of
+// 16 CTAs of 8 warps of 7) the fp32 mode took 27.7 -> 21.8 us and the TF32 mode 16.1 -> 15.6 us on an H100
+// (results/model_a/NOTES.md, twelfth session).
 const std::vector<int>& mt_choices(int nt) {
-    static const std::vector<int> one{16, 14}, two{8, 7}, four{4};
+    static const std::vector<int> one{16, 14}, two{8, 7, 4}, four{4};
     return nt == 1 ? one : (nt == 2 ? two : four);
 }
 
@@ -1453,7 +1461,10 @@ KernelFn kernel_for_mode(bool split3, int gemm) {
 KernelFn kernel_for(const Plan& plan, bool split3, bool specialised = true) {
     const int nt = plan.nt, mt = plan.mt, gemm = gemm_of(plan, split3, specialised);
     if (nt == 1) return mt == 16 ? kernel_for_mode<1, 16>(split3, gemm) : kernel_for_mode<1, 14>(split3, gemm);
-    if (nt == 2) return mt == 8 ? kernel_for_mode<2, 8>(split3, gemm) : kernel_for_mode<2, 7>(split3, gemm);
+    if (nt == 2) {
+        if (mt == 8) return kernel_for_mode<2, 8>(split3, gemm);
+        return mt == 7 ? kernel_for_mode<2, 7>(split3, gemm) : kernel_for_mode<2, 4>(split3, gemm);
+    }
     return kernel_for_mode<4, 4>(split3, gemm);
 }
 
