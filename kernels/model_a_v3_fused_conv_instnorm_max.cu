@@ -1433,12 +1433,17 @@ using KernelFn = void (*)(Params);
 // leaves SMs idle, more CTAs of fewer tiles per warp. A warp runs its statistics and epilogue once per sample
 // as straight-line code unrolled over its tiles (1 900 SASS instructions at 7 tiles in the fp32 mode), which a
 // small batch fetches cold: at batches 1-4 of the KernelBench size (14 CTAs of 16 warps of 4 tiles instead of
-// 16 CTAs of 8 warps of 7) the fp32 mode took 27.7 -> 21.8 us and the TF32 mode 16.1 -> 15.6 us on an H100
-// (results/model_a/NOTES.md, twelfth session).
+// 16 CTAs of 8 warps of 7) the fp32 mode took 27.7 -> 21.6 us and the TF32 mode 16.1 -> 15.6 us on an H100
+// (results/model_a/NOTES.md, twelfth session). The plan takes it only where it needs no more waves than the
+// best plan of the other choices (choose_plan_uncached): at batch 16 it needed 3 waves of 7 clusters against 2
+// of 15, and was 6 % (fp32) and 14 % (TF32) slower.
 const std::vector<int>& mt_choices(int nt) {
     static const std::vector<int> one{16, 14}, two{8, 7, 4}, four{4};
     return nt == 1 ? one : (nt == 2 ? two : four);
 }
+// The small-batch choice among them (see above): NT = 2, 4 tiles per warp. It comes last in mt_choices: the
+// search admits its plans by comparing their waves with the best of the choices before it.
+constexpr bool small_batch_choice(int nt, int mt) { return nt == 2 && mt == 4; }
 
 // The GEMM instantiation a plan runs (see kGemmAny): kGemmKh3TensorCoreSum where it is the plan's GEMM, unless
 // `specialised` is false (tests compare the two).
@@ -1544,19 +1549,23 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
     // clusters of 8 CTAs of 16 warps of 7 tiles, the fastest of the configurations measured; for batches of 1 to
     // 64 it picked the fastest plan in 42 of 50 measured cases and one within 6 % of it in the other 8
     // (scripts/plan_sweep_model_a.py; results/model_a/NOTES.md, eighth round).
+    const int64_t samples = std::max<int64_t>(batch, 1);
+    const auto waves_of = [&](int clusters) { return (samples + clusters - 1) / clusters; };
     const auto cost = [&](const Plan& plan, int clusters, int spread) {
-        const int64_t samples = std::max<int64_t>(batch, 1);
-        const int64_t waves = (samples + clusters - 1) / clusters;
+        const int64_t waves = waves_of(clusters);
         const int64_t busy = std::min<int64_t>(samples, clusters);
         const int64_t per_sm = (busy + spread - 1) / spread;
         return static_cast<double>(waves) * per_sm * ((plan.params.warps + 3) / 4) * plan.mt +
                kCtaWorkCost / plan.params.warps;
     };
     const int nt = n_tiles_for(c_out);
-    Plan best, first;  // first: the first candidate, whose verdict is reported when none applies
+    // best: the least estimated time among the regular choices; small: among the small-batch choice, taken only
+    // where it needs no more waves than best (or is the only one asked for or possible).
+    Plan best, small, first;  // first: the first candidate, whose verdict is reported when none applies
     std::string reason;
-    bool found = false, have_first = false;
-    double best_cost = 0.0;
+    bool found = false, found_small = false, have_first = false;
+    double best_cost = 0.0, small_cost = 0.0;
+    int64_t best_waves = 0;
     for (const int mt : mt_choices(nt)) {
         if (mt_request > 0 && mt != mt_request) continue;
         Plan plan = make_plan(in_size, c_in, c_out, kernel, device, split3, batch, cluster_request, warps_request, mt,
@@ -1580,13 +1589,21 @@ Plan choose_plan_uncached(c10::IntArrayRef in_size, int64_t c_in, int64_t c_out,
             }
             const int spread = std::max(1, std::min(clusters, active_clusters(candidate, split3, device, nullptr, true)));
             const double c = cost(candidate, clusters, spread);
-            if (!found || c < best_cost) {
+            if (small_batch_choice(nt, mt)) {  // (evaluated after the regular choices: last in mt_choices)
+                if ((!found || waves_of(clusters) <= best_waves) && (!found_small || c < small_cost)) {
+                    small = candidate;
+                    small_cost = c;
+                    found_small = true;
+                }
+            } else if (!found || c < best_cost) {
                 best = candidate;
                 best_cost = c;
+                best_waves = waves_of(clusters);
                 found = true;
             }
         }
     }
+    if (found_small && (!found || small_cost < best_cost)) return small;
     if (found) return best;
     if (first.problem.empty()) first.problem = reason.empty() ? unschedulable(first, "") : reason;
     return first;
