@@ -124,10 +124,10 @@
 //   ext.forward(x, weight, m, clamp_min, clamp_max, eps, allow_tf32, out, cluster_size=0, warps_per_cta=0,
 //               tiles_per_warp=0, kh_reuse=True, specialised_gemm=True)
 //       -> out  (tuning knobs, 0 = pick: CTAs per sample, most warps per CTA, m16 tiles per warp (16 / NT
-//       or, for C_out <= 16, 14 / NT, and for 9 <= C_out <= 16 also 4); any valid value gives the same result up to float rounding of the
-//       statistics; kh_reuse=False keeps the flat GEMM where kh reuse would apply, which changes the order
-//       of the k sum; specialised_gemm=False runs the instantiation with every GEMM variant where the plan's
-//       has one of its own (kGemmAny), the same arithmetic in a larger kernel)
+//       or, for C_out <= 16, 14 / NT, and for 9 <= C_out <= 16 also 4); any valid value gives the same result
+//       up to float rounding of the statistics; kh_reuse=False keeps the flat GEMM where kh reuse would apply,
+//       which changes the order of the k sum; specialised_gemm=False runs the instantiation with every GEMM
+//       variant where the plan's has one of its own (kGemmAny), the same arithmetic in a larger kernel)
 //   ext.plan_info(in_size, batch, c_in, c_out, kernel, allow_tf32, device, cluster_size=0, warps_per_cta=0,
 //                 tiles_per_warp=0, kh_reuse=True)
 //       -> the plan forward would use (cluster size, rows and warps per CTA, shared memory, the GEMM
