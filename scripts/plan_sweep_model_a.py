@@ -106,7 +106,7 @@ def sweep_one(ext, config, tf32: bool, runs: int) -> pd.DataFrame | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="timed runs per plan (>= 100)")
-    parser.add_argument("--csv", type=Path, help="save one row per plan here")
+    parser.add_argument("--csv", type=Path, help="save one row per plan here (rewritten after each configuration)")
     parser.add_argument("--only-unseen", action="store_true", help="only the configurations not fitted on")
     args = parser.parse_args()
     if not helpers.gpu_available():
@@ -130,8 +130,8 @@ def main() -> int:
                   f"({picked.warps} warps) {picked.median_ms * 1e3:.1f} us, fastest {best.plan} ({best.warps} "
                   f"warps) {best.median_ms * 1e3:.1f} us: {picked.median_ms / best.median_ms:.2f}x", flush=True)
             print("   ", " ".join(f"{r.plan}:{r.median_ms * 1e3:.1f}" for r in ranked.itertuples()), flush=True)
-    if args.csv and tables:
-        pd.concat(tables).to_csv(args.csv, index=False)
+            if args.csv:  # after every configuration, so that a run cut short keeps what it measured
+                pd.concat(tables).to_csv(args.csv, index=False)
     return 0
 
 
