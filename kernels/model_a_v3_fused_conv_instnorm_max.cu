@@ -83,8 +83,9 @@
 //   them into FP16 hi and lo in registers (fp32 mode). Two boxes where they fit: the next sample's box is
 //   requested into the other one as soon as this one has arrived, so it loads while this sample is computed
 //   (where only one fits, it loads after the sample before). The weight fragments, pre-split; the tap offsets
-//   per tap step; each row's output offset (-1: dropped); the cluster's statistics, two slots (sample
-//   parity) with an mbarrier each. All but the box are computed once per CTA.
+//   per tap step (during the set-up first each tap's index in the weights); each row's output offset (-1:
+//   dropped); the cluster's statistics, two slots (sample parity) with an mbarrier each. All but the box are
+//   computed once per CTA.
 //
 // Speed (H100 80GB HBM3, KernelBench size, results/model_a/): about 0.126 ms fp32-accurate and 0.080 ms
 //   TF32 (3.9x and 6.1x torch.compile in a probe run; the notebook's timing.csv is the run of record), far
@@ -707,6 +708,7 @@ fused_conv_instnorm_max_kernel(const Params p) {
     __shared__ __align__(8) uint64_t gathered_full[2];  // per slot: all CTAs' statistics have arrived (step 5)
     __shared__ __align__(8) uint64_t box_landed[2];     // per box buffer: its bulk copies have landed (step 2)
     __shared__ int weight_exponent[8 * NT];             // fp32 mode: per output channel, the weights' scale exponent
+    __shared__ unsigned int weight_absmax_bits[8 * NT];  // fp32 mode: per output channel, max |w| as float bits
     __shared__ float box_max_warp[kMaxWarps];           // fp32 mode: per warp, max |x| over its slice of the box
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -790,9 +792,20 @@ fused_conv_instnorm_max_kernel(const Params p) {
     //    Fragment i = (u, n-tile j, lane fl), u = s * khc + kh for mma step s and kernel row kh (khc = k with kh
     //    reuse, else 1): for each of the mma step's k8 steps (one; two in the fp32 mode's k16 steps) the weights of
     //    tap columns t and t + 4 of output channel co = 8 j + g.
+    //    Each tap's place in nn.Conv3d's weight layout is decoded once (tap_weight_index: integer divisions by
+    //    C_in and k), into the tap table's space, which the tap offsets below overwrite. Decoded per fragment
+    //    instead, each tap took 8 NT decodes: with one warp and C_in k^3 = 3 000 they drew about three quarters of
+    //    ncu's stall samples in a 440 us kernel (results/model_a/NOTES.md).
     constexpr int kStep = SPLIT3 ? 2 : 1;
     const int64_t weight_row = static_cast<int64_t>(p.c_in) * p.k * p.k * p.k;  // one output channel's weights
     const int fragments = p.ksteps / kStep * NT * 32;
+    int* weight_index = reinterpret_cast<int*>(taps);  // [tap_steps * 8] (the tap table holds tap_steps * 4 int2)
+    for (int kk = tid; kk < p.tap_steps * 8; kk += threads)
+        weight_index[kk] = kk < K ? tap_weight_index(kk, p.tap_order, p.c_in, p.k, kh_taps) : 0;
+    //    fp32 mode: max |w| per output channel, as float bits, gathered from the fragments in step 2 (atomicMax:
+    //    non-negative floats order as their bits).
+    if (SPLIT3 && tid < 8 * NT) weight_absmax_bits[tid] = 0u;
+    __syncthreads();  // weight_index and the zeroed maxima are complete
     {
         const int khc = p.kh_reuse ? p.k : 1;
         for (int i = tid; i < fragments; i += threads) {
@@ -805,28 +818,11 @@ fused_conv_instnorm_max_kernel(const Params p) {
             for (int h = 0; h < kStep; ++h) {
                 const int k0 = (kStep * s + h) * 8 + (fl & 3), k1 = k0 + 4;
                 const bool real0 = co < p.c_out && k0 < K, real1 = co < p.c_out && k1 < K;
-                cp_async_4(slot + 2 * h,
-                           real0 ? w_co + tap_weight_index(k0, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
-                           real0 ? 4 : 0);
-                cp_async_4(slot + 2 * h + 1,
-                           real1 ? w_co + tap_weight_index(k1, p.tap_order, p.c_in, p.k, kh_taps) : p.weight,
-                           real1 ? 4 : 0);
+                cp_async_4(slot + 2 * h, real0 ? w_co + weight_index[k0] : p.weight, real0 ? 4 : 0);
+                cp_async_4(slot + 2 * h + 1, real1 ? w_co + weight_index[k1] : p.weight, real1 ? 4 : 0);
             }
         }
         cp_async_commit();
-    }
-    //    fp32 mode: per output channel, max |w| over its C_in k^3 weights, and the exponent that scales it into
-    //    [2^14, 2^15) for FP16 (read before use: the row table's barriers are in between).
-    if constexpr (SPLIT3) {
-        for (int co = warp; co < 8 * NT; co += p.warps) {
-            float m = 0.f;
-            if (co < p.c_out)
-                for (int64_t e = lane; e < weight_row; e += 32)
-                    m = fmaxf(m, fabsf(__ldg(p.weight + co * weight_row + e)));
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            if (lane == 0) weight_exponent[co] = f16_scale_exponent(m);
-        }
     }
     //    The bulk copies' zeros past the sample's end, in every box buffer (the barriers below order them
     //    before any read; the copies never write there).
@@ -856,16 +852,41 @@ fused_conv_instnorm_max_kernel(const Params p) {
     //    box, which the GEMM needs next anyway).
     cp_async_wait_all();
     if constexpr (SPLIT3) {
+        // Per output channel, max |w| over its C_in k^3 weights (each is in exactly one fragment; the padding is
+        // zero), and below the exponent that scales it into [2^14, 2^15) for FP16. From the fragments this thread
+        // requested: a loop over global memory per channel instead was a chain of dependent loads, one channel
+        // after another in a CTA of few warps (results/model_a/NOTES.md).
+        float absmax[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) absmax[j] = 0.f;
+        for (int i = tid; i < fragments; i += threads) {
+            const float4 f = reinterpret_cast<const float4*>(weight_frag)[i];
+            const float m = fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w)));
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                if (j == (i >> 5) % NT) absmax[j] = fmaxf(absmax[j], m);  // channel j * 8 + g (lane == i & 31)
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            float m = fmaxf(absmax[j], __shfl_xor_sync(0xffffffffu, absmax[j], 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            if (t == 0) atomicMax(&weight_absmax_bits[j * 8 + g], __float_as_uint(m));
+        }
+    }
+    __syncthreads();  // the maxima are complete; every weight copy is issued (the tap offsets overwrite weight_index)
+    if constexpr (SPLIT3) {
+        if (tid < 8 * NT) weight_exponent[tid] = f16_scale_exponent(__uint_as_float(weight_absmax_bits[tid]));
         // The first sample's r(n, ci), by the lanes that requested its samples (the barrier at the end of step 1
         // orders it before use).
         __syncwarp();
         for (int t = tid; t < kShiftSamples * p.c_in; t += threads)
             if (t % kShiftSamples == 0) shifts[t / kShiftSamples] = input_shift_of(shift_elements + t);
-        // Scaled by 2^weight_exponent[co] (exact) and split into FP16 (hi, lo) pairs in place: (hi of k8 steps 2s,
+        // Scaled by 2^(the exponent above) (exact) and split into FP16 (hi, lo) pairs in place: (hi of k8 steps 2s,
         // 2s + 1, lo of the same).
         for (int i = tid; i < fragments; i += threads) {
             uint4& f = reinterpret_cast<uint4*>(weight_frag)[i];
-            const float scale = exp2_int(weight_exponent[((i >> 5) % NT) * 8 + ((i & 31) >> 2)]);
+            const int co = ((i >> 5) % NT) * 8 + ((i & 31) >> 2);
+            const float scale = exp2_int(f16_scale_exponent(__uint_as_float(weight_absmax_bits[co])));
             uint32_t h01, h23, l01, l23;
             split_f16(__uint_as_float(f.x) * scale, __uint_as_float(f.y) * scale, h01, l01);
             split_f16(__uint_as_float(f.z) * scale, __uint_as_float(f.w) * scale, h23, l23);
