@@ -25,7 +25,7 @@ of shape (C_out, 1, 1, 1), any clamp bounds. v3 needs, in addition, a GPU of com
 9.0 or newer, a cubic kernel of side 1..5, C_out <= 32, and a sample small enough for 16 CTAs (see
 the .cu header); outside that, v3 runs v1 (``ModelNew.path(x)`` says which one runs and why). The choice is by
 envelope, not by speed: on small problems v1 can be the faster one, in the fp32 mode up to 3.2x on an H100
-(results/model_a/NOTES.md, fourteenth round); ``variant="v1"`` selects it.
+(results/model_a/NOTES.md, "v3 against v1 on 63 small configurations"); ``variant="v1"`` selects it.
 Anything else raises a ValueError/TypeError that names the argument.
 
 Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
