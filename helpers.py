@@ -9,7 +9,7 @@ One function per job:
 * autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model),
                   ``check_forward_under_autograd``, ``check_backward_uses_its_forward``
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``batch_sweep``,
-                  ``measure_ceilings``
+                  ``measure_ceilings``, ``fastest`` (a measured choice between equivalent paths)
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``plot_batch_sweep``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
@@ -765,6 +765,46 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
     sweep = pd.concat(tables, ignore_index=True)
     sweep.attrs["samples"] = pd.concat(samples, ignore_index=True)
     return sweep
+
+
+_FASTEST: dict = {}
+FASTEST_MARGIN = 0.05  # another candidate must beat the first by more than this fraction
+
+
+def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, dict[str, float]]:
+    """Which of ``candidates`` runs fastest for ``key``: measured on first use, then remembered.
+
+    The idea of cuDNN's benchmark mode, for a module that has more than one way to compute the same
+    thing (a fused kernel, or PyTorch's conv and a fused tail) and no model of which is faster where.
+    ``candidates`` maps names to no-argument callables that launch the work on the current CUDA
+    stream; ``key`` is anything hashable that fixes their cost (shapes, options, device). The first
+    candidate is the default: another is chosen only when its median is more than ``FASTEST_MARGIN``
+    below the default's, so near-ties do not flip between processes.
+
+    Timed with ``benchmark``: 100 interleaved runs each after 3 warm-ups, under ``torch.no_grad()``,
+    each run queued behind 300 µs of GPU sleep (GPU time: what each costs the card, without the
+    launch overhead of this host), L2 not flushed (a flush buffer would cost 256 MiB of device memory
+    for a choice). So the first call for a key costs about 100 × (0.3 ms + the candidates' times).
+
+    Returns (name, {name: median ms}). Nothing is timed, and the default comes back with an empty
+    dict and is not remembered, without a GPU, while a CUDA graph is being captured or while
+    ``torch.compile`` traces.
+    """
+    names = list(candidates)
+    if not names:
+        raise ValueError("fastest: no candidates")
+    if key in _FASTEST:
+        return _FASTEST[key]
+    if not gpu_available() or torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
+        return names[0], {}
+    with torch.no_grad():
+        summary = benchmark(candidates, runs=100, warmup=3, flush=False, queue_ahead_us=300.0)
+    times = {name: float(summary.loc[name, "median_ms"]) for name in names}
+    best = min(names, key=times.get)
+    if times[best] >= (1 - FASTEST_MARGIN) * times[names[0]]:
+        best = names[0]
+    _FASTEST[key] = (best, times)
+    return _FASTEST[key]
 
 
 def _median_ms(fn: Callable[[], object], reps: int) -> float:

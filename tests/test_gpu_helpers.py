@@ -39,3 +39,42 @@ def test_queue_ahead_hides_host_overhead():
     ahead = helpers.benchmark({"slow host": slow_host}, runs=100, warmup=2, queue_ahead_us=5000)
     assert plain.loc["slow host", "median_ms"] >= 1.9
     assert ahead.loc["slow host", "median_ms"] < 0.2
+
+
+def test_fastest_picks_the_faster_remembers_it_and_keeps_the_default_on_a_tie():
+    x = torch.rand(1024, device="cuda")
+    calls = {"slow": 0, "fast": 0, "same": 0}
+    def slow():  # ~50 us of GPU sleep (cycles at <= 2 GHz)
+        calls["slow"] += 1
+        torch.cuda._sleep(100_000)
+    def fast():
+        calls["fast"] += 1
+        return x * 2
+    def same():
+        calls["same"] += 1
+        torch.cuda._sleep(100_000)
+    key = ("test_fastest", time.time_ns())
+    name, ms = helpers.fastest(key, {"slow": slow, "fast": fast})
+    assert name == "fast" and ms["slow"] > 10 * ms["fast"] and ms["slow"] >= 0.04, ms
+    assert calls["slow"] == calls["fast"] == 103  # 3 warm-ups and 100 runs
+    assert helpers.fastest(key, {"slow": slow, "fast": fast}) == (name, ms)
+    assert calls["slow"] == calls["fast"] == 103  # remembered, not measured again
+    # The default (first) stays where the other is not faster by more than FASTEST_MARGIN.
+    name, ms = helpers.fastest((*key, "tie"), {"slow": slow, "same": same})
+    assert name == "slow", ms
+    assert abs(ms["same"] / ms["slow"] - 1) < helpers.FASTEST_MARGIN, ms
+    name, _ = helpers.fastest((*key, "default fast"), {"fast": fast, "slow": slow})
+    assert name == "fast"
+
+
+def test_fastest_measures_nothing_during_graph_capture():
+    x = torch.rand(1024, device="cuda")
+    ran = []
+    key = ("test_fastest capture", time.time_ns())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        choice = helpers.fastest(key, {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")})
+    assert choice == ("a", {}) and ran == [] and key not in helpers._FASTEST
+    graph.replay()
+    torch.testing.assert_close(y, x * 2)
