@@ -5,27 +5,34 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works; its forward runs the fused
 kernels), ``get_inputs()`` and ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` has two forward variants:
+``ModelNew`` has two forward paths, and picks between them:
 
-* ``variant="v3"`` (default): the whole model in one launch of
+* v3: the whole model in one launch of
   ``kernels/model_a_v3_fused_conv_instnorm_max.cu``. Persistent thread-block clusters, one sample
   at a time each, compute the conv on tensor cores (by default fp32-accurate: each operand scaled by
   a power of two and split into two FP16 halves, three products; 1xTF32 with ``allow_tf32=True``),
   keep it in registers while the InstanceNorm statistics are
   merged across the cluster, and write only the (N, D', H', W') output.
-* ``variant="v1"``: PyTorch's (cuDNN) Conv3d, then ``kernels/model_a_v1_fused_tail.cu``: one pass
+* v1: PyTorch's (cuDNN) Conv3d, then ``kernels/model_a_v1_fused_tail.cu``: one pass
   for the per-(n, c) statistics, one pass for normalise -> clamp -> x m -> max.
 
 Both drop the conv bias: InstanceNorm subtracts each (n, c) plane's mean, so a per-channel
 constant cancels exactly (and PyTorch would add it in a separate pass over the conv output).
 
+``variant`` picks the path: "v3" runs v3 wherever its envelope allows (v1 elsewhere), "v1" always
+v1, and "auto" (the default) the faster of the two. On small problems v1 can be the faster one, in
+the fp32 mode up to 3.2x on an H100 (results/model_a/NOTES.md, "v3 against v1 on 63 small
+configurations"). So "auto" times both on the first forward of each input shape and mode
+(``helpers.fastest``: about 100 x (0.3 ms + both paths' times), once) and remembers the choice. It
+measures only where v1's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above
+that it runs v3, which then never allocates the conv output, and which was the faster one on all 5
+problems of more than a million conv outputs in that survey. ``ModelNew.path(x)`` says which path runs and why.
+
 Envelope of ``ModelNew``: float32 CUDA input of shape (N, C_in, D, H, W), any N (0 included),
 any conv configuration ``nn.Conv3d`` accepts with its defaults, 1 <= C_out <= 8192, multiplier
 of shape (C_out, 1, 1, 1), any clamp bounds. v3 needs, in addition, a GPU of compute capability
 9.0 or newer, a cubic kernel of side 1..5, C_out <= 32, and a sample small enough for 16 CTAs (see
-the .cu header); outside that, v3 runs v1 (``ModelNew.path(x)`` says which one runs and why). The choice is by
-envelope, not by speed: on small problems v1 can be the faster one, in the fp32 mode up to 3.2x on an H100
-(results/model_a/NOTES.md, "v3 against v1 on 63 small configurations"); ``variant="v1"`` selects it.
+the .cu header); outside that, "v3" and "auto" run v1.
 Anything else raises a ValueError/TypeError that names the argument.
 
 Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
@@ -44,7 +51,9 @@ import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_a_v1_fused_tail"
 KERNEL_V3 = "model_a_v3_fused_conv_instnorm_max"
-VARIANTS = ("v1", "v3")
+VARIANTS = ("auto", "v1", "v3")
+# "auto" measures v1 against v3 only where v1's conv output (float32) takes at most this; above it, v3.
+AUTO_MEASURE_MAX_CONV_BYTES = 16 * 2**20
 
 # KernelBench size
 batch_size = 128
@@ -164,11 +173,12 @@ class ModelNew(nn.Module):
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``):
     False is fp32-accurate (PARITY.md's default mode: v3 uses split FP16 products, v1 runs
     cuDNN with TF32 off); True uses single TF32 products (v3) or lets cuDNN pick a TF32 conv (v1).
-    ``variant``: "v1" or "v3" (default).
+    ``variant``: "auto" (default: the faster of v3 and v1, measured once per input shape and
+    mode), "v3" (v3 wherever its envelope allows) or "v1".
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, multiplier_shape, clamp_min, clamp_max,
-                 *, allow_tf32: bool = False, variant: str = "v3"):
+                 *, allow_tf32: bool = False, variant: str = "auto"):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"ModelNew: variant must be one of {VARIANTS}, got {variant!r}")
@@ -186,13 +196,34 @@ class ModelNew(nn.Module):
         self.variant = variant
 
     def path(self, x: torch.Tensor) -> str:
-        """Which forward runs for input ``x``: "v1", "v3", or "v1 (v3 unsupported: <reason>)"."""
-        if self.variant != "v3":
-            return self.variant
+        """Which forward runs for input ``x``, and why: "v1"; "v3"; "v1 (v3 unsupported: <reason>)";
+        under ``variant="auto"``, "v3 (auto: ...)" or "v1 (auto: ...)" with the measured times.
+        The first two characters name the path. Under "auto" the first call for a shape times both."""
+        if self.variant == "v1":
+            return "v1"
         if not x.is_cuda:
             return "v1 (v3 unsupported: x is not a CUDA tensor)"
         reason = v3_unsupported_reason(x.shape, self.conv, x.device.index)
-        return "v3" if not reason else f"v1 (v3 unsupported: {reason})"
+        if reason:
+            return f"v1 (v3 unsupported: {reason})"
+        return "v3" if self.variant == "v3" else self._auto_path(x)
+
+    def _auto_path(self, x: torch.Tensor) -> str:
+        k = self.conv.kernel_size[0]
+        outputs = x.shape[0] * (x.shape[2] - k + 1) * (x.shape[3] - k + 1) * (x.shape[4] - k + 1)
+        conv_bytes = 4 * outputs * self.conv.out_channels
+        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
+            return (f"v3 (auto: v1's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
+                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
+        if outputs <= x.shape[0]:  # no sample, or one element per channel, which forward refuses
+            return "v3 (auto: nothing to measure)"
+        key = ("model A", tuple(x.shape), self.conv.out_channels, k, self.allow_tf32, x.device.index)
+        x, w, m = x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
+        name, ms = helpers.fastest(key, {"v3": lambda: self._forward_v3(x, w, m, None),
+                                         "v1": lambda: self._forward_v1(x, w, m, None)})
+        if not ms:
+            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
+        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v1 {1e3 * ms['v1']:.1f} us)"
 
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it.
@@ -203,7 +234,7 @@ class ModelNew(nn.Module):
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
-        fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1
+        fused = self._forward_v3 if self.path(x)[:2] == "v3" else self._forward_v1
         bounds = (self.clamp_min, self.clamp_max, float(self.instance_norm.eps))  # as this forward ran
         return helpers.recomputed_backward(
             lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out),

@@ -59,6 +59,17 @@ def test_model_new_refuses_cpu_input_and_bad_multiplier_shape():
         A.ModelNew(3, 8193, 3, (8193, 1, 1, 1), -1.0, 1.0)
 
 
+def test_model_new_variants_and_path_without_a_gpu():
+    """"auto" is the default; path() answers for a CPU tensor without measuring (forward refuses it, above)."""
+    assert A.ModelNew(*A.get_init_inputs()).variant == "auto"
+    for variant in ("auto", "v3"):
+        path = A.ModelNew(*A.get_init_inputs(), variant=variant).path(torch.rand(1, 3, 8, 8, 8))
+        assert path == "v1 (v3 unsupported: x is not a CUDA tensor)"
+    assert A.ModelNew(*A.get_init_inputs(), variant="v1").path(torch.rand(1, 3, 8, 8, 8)) == "v1"
+    with pytest.raises(ValueError, match="variant must be one of"):
+        A.ModelNew(*A.get_init_inputs(), variant="v2")
+
+
 # ---- helpers: parity --------------------------------------------------------------------------
 
 class _Offset(A.Model):

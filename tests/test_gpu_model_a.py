@@ -1,7 +1,9 @@
 """Model A (KernelBench L2-79) on the GPU: parity as PARITY.md defines it, generality, bad inputs.
 
-``ModelNew`` runs v3 by default where its envelope allows, v1 elsewhere; the v1-only tests say so
-(v3 has its own tests in test_gpu_model_a_v3.py).
+``ModelNew``'s default, ``variant="auto"``, runs the faster of v3 and v1 (measured once per shape and
+mode; v3 alone above ``A.AUTO_MEASURE_MAX_CONV_BYTES``), and v1 where v3's envelope does not reach;
+so the tests of the default cover whichever runs. The v1-only tests say so (v3 has its own tests in
+test_gpu_model_a_v3.py, which force ``variant="v3"``).
 
 Every parity case draws fresh weights and inputs, includes a zero and a negative multiplier
 (helpers.randomize_parameters), checks inputs as drawn and shifted by +100, and hands the kernel
@@ -235,3 +237,46 @@ def test_backward_differentiates_the_forward_that_ran():
     def narrow_the_clamp():
         fused.clamp_min, fused.clamp_max = -0.05, 0.05
     helpers.check_backward_uses_its_forward(fused, x, grad_out, narrow_the_clamp)
+
+
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+    init = [3, 8, 3, (8, 1, 1, 1), -0.6, 0.9]
+    for allow_tf32 in (False, True):
+        model, fused = _pair(init, allow_tf32=allow_tf32)
+        helpers.randomize_parameters(model, seed=11)
+        fused.load_state_dict(model.state_dict())
+        x = torch.rand(2, 3, 7, 9, 11, device="cuda")
+        key = ("model A", tuple(x.shape), 8, 3, allow_tf32, x.device.index)
+        helpers._FASTEST.pop(key, None)
+        path = fused.path(x)
+        name, ms = helpers._FASTEST[key]
+        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v1"}, path
+        faster = min(ms, key=ms.get)
+        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
+        # Remembered: a second module of the same configuration does not time again.
+        with monkeypatch.context() as patch:
+            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
+            other = A.ModelNew(*init, allow_tf32=allow_tf32).cuda()
+            assert other.path(x) == path
+        # The forward runs the chosen path, and only that one.
+        ran = []
+        for variant in ("v1", "v3"):
+            method = getattr(fused, f"_forward_{variant}")
+            monkeypatch.setattr(fused, f"_forward_{variant}",
+                                lambda *a, method=method, variant=variant: ran.append(variant) or method(*a))
+        with torch.no_grad():
+            fused(x)
+        assert ran == [name]
+        helpers.parity_sweep(model, {"auto tf32" if allow_tf32 else "auto": fused},
+                             lambda seed: [torch.rand(x.shape, device="cuda")], seeds=(21,),
+                             tf32={"auto tf32"})
+
+
+def test_auto_runs_v3_unmeasured_above_the_cap_and_v1_outside_the_envelope(monkeypatch):
+    monkeypatch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured"))
+    fused = A.ModelNew(*A.get_init_inputs()).cuda()
+    x = torch.empty(128, 3, 16, 32, 32, device="cuda")  # conv output 128 x 16 x 14 x 30 x 30 floats: 98.4 MiB
+    assert fused.path(x).startswith("v3 (auto: v1's conv output would take 98.4 MiB"), fused.path(x)
+    wide = A.ModelNew(3, 40, 3, (40, 1, 1, 1), -1.0, 1.0).cuda()  # C_out 40: outside v3's envelope
+    assert wide.path(torch.empty(1, 3, 6, 6, 6, device="cuda")).startswith("v1 (v3 unsupported")
+    assert fused.path(torch.empty(0, 3, 6, 6, 6, device="cuda")) == "v3 (auto: nothing to measure)"

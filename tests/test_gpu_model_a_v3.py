@@ -16,10 +16,11 @@ from kernels import model_a_conv3d_instnorm_clamp_max as A
 pytestmark = pytest.mark.gpu
 
 
-def _models(init, modes=("fp32", "tf32"), **kwargs):
+def _models(init, modes=("fp32", "tf32"), variant="v3", **kwargs):
     torch.manual_seed(0)
     model = A.Model(*init).cuda()
-    fused = {f"v3 {mode}": A.ModelNew(*init, allow_tf32=(mode == "tf32"), **kwargs).cuda() for mode in modes}
+    fused = {f"v3 {mode}": A.ModelNew(*init, allow_tf32=(mode == "tf32"), variant=variant, **kwargs).cuda()
+             for mode in modes}
     for module in fused.values():
         module.load_state_dict(model.state_dict())
     return model, fused
