@@ -9,7 +9,8 @@ One function per job:
 * autograd     -- ``recomputed_backward`` (a fused forward whose backward recomputes the unfused model),
                   ``check_forward_under_autograd``, ``check_backward_uses_its_forward``
 * timing       -- ``benchmark`` (CUDA events, L2 flushed, interleaved contenders), ``batch_sweep``,
-                  ``measure_ceilings``, ``fastest`` (a measured choice between equivalent paths)
+                  ``measure_ceilings``, ``fastest`` (a measured choice between equivalent paths),
+                  ``time_auto_choice`` and ``auto_choice_summary`` (a check of that choice)
 * results      -- ``save_results``, ``load_results``, ``save_figure``, ``plot_timings``, ``plot_roofline``,
                   ``plot_batch_sweep``,
                   ``problem_size`` (bytes and conv FLOPs behind the floors)
@@ -805,6 +806,70 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
         best = names[0]
     _FASTEST[key] = (best, times)
     return _FASTEST[key]
+
+
+def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], torch.nn.Module], x: torch.Tensor,
+                     variants: Sequence[str]) -> pd.DataFrame:
+    """What a ``ModelNew(variant="auto")`` chose for input ``x``, in each accuracy mode, against both choices timed.
+
+    ``make_fused(variant, allow_tf32)`` builds a fused module; ``variants`` are the two that "auto"
+    chooses between, its default first (e.g. ("v3", "v1")). For each mode (fp32-accurate, TF32), the
+    "auto" module's ``path(x)`` (its first call for this shape measures, see ``fastest``); every
+    module's output must match ``model``'s within KernelBench's allclose (atol = rtol = 1e-2), else
+    ParityError. Then one interleaved ``benchmark`` of the two variants in both modes: GPU time (300 µs
+    queued ahead), L2 flushed, 100 runs. "auto" runs the code of the variant it chose, so its time is
+    that variant's: timed as a contender of its own, it would run right after its twin, with that
+    kernel's code still in the instruction caches, and measure faster than the same kernel does.
+
+    Returns one row per mode: mode, auto chose, ``<variant> us`` (median, µs) for each, ``chosen us``
+    and ``chosen / faster``. Empty where the default variant does not run its own path for ``x``
+    (outside its envelope: nothing to choose). Without a GPU, None.
+    """
+    if not gpu_available():
+        print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
+        return None
+    contenders, rows = {}, []
+    for mode, tf32 in (("fp32", False), ("TF32", True)):
+        modules = {v: make_fused(v, tf32).cuda() for v in (*variants, "auto")}
+        for module in modules.values():
+            module.load_state_dict(model.state_dict())
+        if modules[variants[0]].path(x) != variants[0]:
+            return pd.DataFrame()
+        chose = modules["auto"].path(x)[:2]
+        with torch.no_grad():
+            expected = model(x)
+            for variant, module in modules.items():
+                if not torch.allclose(module(x), expected, atol=1e-2, rtol=1e-2):
+                    raise ParityError(f"time_auto_choice: {variant} ({mode}) differs from the model beyond 1e-2")
+        contenders.update({f"{v} {mode}": (lambda m=modules[v]: m(x)) for v in variants})
+        rows.append({"mode": mode, "auto chose": chose})
+    with torch.no_grad():
+        us = benchmark(contenders, runs=100, queue_ahead_us=300.0)["median_ms"] * 1e3
+    for row in rows:
+        times = {v: float(us[f"{v} {row['mode']}"]) for v in variants}
+        row.update({f"{v} us": t for v, t in times.items()})
+        row["chosen us"] = times[row["auto chose"]]
+        row["chosen / faster"] = row["chosen us"] / min(times.values())
+    return pd.DataFrame(rows)
+
+
+def auto_choice_summary(table: pd.DataFrame, variants: Sequence[str]) -> pd.DataFrame:
+    """Per mode, from ``time_auto_choice`` rows: how often "auto" chose the other variant and how often that
+    one was the faster, the summed times (ms) of each variant always, of the faster each time and of
+    "auto", and how far "auto"'s choice fell behind the faster (worst ratio, count within 1.07)."""
+    default, other = variants
+    columns = {}
+    for mode, rows in table.groupby("mode", sort=False):
+        faster = rows[[f"{v} us" for v in variants]].min(axis=1)
+        columns[mode] = pd.Series({
+            "configurations": len(rows), f"auto chose {other}": int((rows["auto chose"] == other).sum()),
+            f"{other} the faster": int((rows[f"{other} us"] < rows[f"{default} us"]).sum()),
+            f"sum, {default} always (ms)": rows[f"{default} us"].sum() / 1e3,
+            f"sum, {other} always (ms)": rows[f"{other} us"].sum() / 1e3,
+            "sum, the faster each time (ms)": faster.sum() / 1e3, "sum, auto (ms)": rows["chosen us"].sum() / 1e3,
+            "auto / the faster, worst": rows["chosen / faster"].max(),
+            "auto within 1.07 of the faster": int((rows["chosen / faster"] <= 1.07).sum())})
+    return pd.DataFrame(columns)
 
 
 def _median_ms(fn: Callable[[], object], reps: int) -> float:

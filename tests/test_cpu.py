@@ -296,6 +296,29 @@ def test_results_round_trip_and_plots(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_fastest_without_gpu_returns_the_default_unmeasured():
+    ran = []
+    assert helpers.fastest(("cpu test",), {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}) == ("a", {})
+    assert ran == [] and ("cpu test",) not in helpers._FASTEST
+    assert helpers.time_auto_choice(None, None, None, ("v3", "v1")) is None
+
+
+def test_auto_choice_summary_counts_and_sums():
+    table = pd.DataFrame({"mode": ["fp32", "TF32", "fp32", "TF32"], "auto chose": ["v1", "v3", "v3", "v3"],
+                          "v3 us": [30.0, 20.0, 10.0, 8.0], "v1 us": [15.0, 25.0, 12.0, 7.0]})
+    table["chosen us"] = [15.0, 20.0, 10.0, 8.0]
+    table["chosen / faster"] = table["chosen us"] / table[["v3 us", "v1 us"]].min(axis=1)
+    summary = helpers.auto_choice_summary(table, ("v3", "v1"))
+    assert list(summary.columns) == ["fp32", "TF32"]
+    fp32, tf32 = summary["fp32"], summary["TF32"]
+    assert fp32["configurations"] == 2 and fp32["auto chose v1"] == 1 and fp32["v1 the faster"] == 1
+    assert fp32["sum, v3 always (ms)"] == pytest.approx(0.040) and fp32["sum, auto (ms)"] == pytest.approx(0.025)
+    assert fp32["sum, the faster each time (ms)"] == pytest.approx(0.025) and fp32["auto / the faster, worst"] == 1
+    assert tf32["auto chose v1"] == 0 and tf32["v1 the faster"] == 1
+    assert tf32["auto / the faster, worst"] == pytest.approx(8 / 7) and tf32["auto within 1.07 of the faster"] == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
 def test_batch_sweep_without_gpu_says_so(capsys):
     assert helpers.batch_sweep({"x": lambda x: x}, torch.rand, [1, 2]) is None
     assert "No CUDA GPU" in capsys.readouterr().out
