@@ -5,9 +5,10 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works), ``get_inputs()`` and
 ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` has three forward variants, each the step after the one before:
+``ModelNew`` has three forward variants, each the step after the one before, and by default picks
+between the last two:
 
-* ``variant="v3"`` (default): the conv inside the kernel,
+* ``variant="v3"``: the conv inside the kernel,
   ``kernels/model_b_v3_fused_conv_groupnorm_pool.cu``. One launch computes the conv tile by tile
   on tensor cores (3xTF32 split products by default, fp32-accurate; 1xTF32 with
   ``allow_tf32=True``), reduces each tile to per-channel statistics and to its sign-selected
@@ -28,8 +29,16 @@ shape (C_out, 1, 1), pool 1..16 and no larger than the conv output (PyTorch rais
 any clamp bounds. v3 needs, in addition, a GPU of compute capability 8.0 or newer, a conv with
 stride 1, no padding, dilation 1, groups 1 and a kernel of at most 7 x 7, and C_in * kh * kw small
 enough for the input box and weights to fit in shared memory (see the .cu header); outside that, v3
-runs v2 (``ModelNew.path(x)`` says which one runs and why). Anything else raises a
-ValueError/TypeError naming the argument.
+runs v2. Anything else raises a ValueError/TypeError naming the argument.
+
+``variant="auto"`` (the default) runs the faster of v3 and v2. On small problems v2 is often the
+faster one: on 30 small random configurations on an H100, in 29 (fp32-accurate mode, by up to 3.4x)
+and 25 (TF32, up to 2.5x) (results/model_b/NOTES.md, "ModelNew's default: the faster of v3 and v2,
+measured"). So "auto" times both on the first forward of each input shape and configuration
+(``helpers.fastest``: about 100 x (0.3 ms + both paths' times), once) and remembers the choice. It
+measures only where v2's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above that it
+runs v3, which never allocates the conv output. Outside v3's envelope it runs v2.
+``ModelNew.path(x)`` says which variant runs and why.
 
 Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
 the backward recomputes the unfused forward with PyTorch ops (TF32 as ``allow_tf32`` says) and
@@ -47,7 +56,9 @@ import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_b_v1_v2_groupnorm_pool"
 KERNEL_V3 = "model_b_v3_fused_conv_groupnorm_pool"
-VARIANTS = ("v1", "v2", "v3")
+VARIANTS = ("auto", "v1", "v2", "v3")
+# "auto" measures v2 against v3 only where v2's conv output (float32) takes at most this; above it, v3.
+AUTO_MEASURE_MAX_CONV_BYTES = 16 * 2**20
 
 # KernelBench size (current release)
 batch_size = 128
@@ -208,7 +219,8 @@ class ModelNew(nn.Module):
     False is fp32-accurate (PARITY.md's default mode: v3 uses split products, 3xTF32 or, in the
     by-phase kernel, FP16 hi and lo; v1/v2 run cuDNN with TF32 off); True uses single TF32 products
     (v3) or lets cuDNN pick a TF32 conv.
-    ``variant``: "v1", "v2" or "v3" (default).
+    ``variant``: "auto" (default: the faster of v3 and v2, measured once per input shape and
+    configuration), "v3" (v3 wherever its envelope allows, v2 elsewhere), "v2" or "v1".
     ``wgmma`` (keyword, default True): v3 runs its GEMM on ``wgmma`` where the plan allows it
     (sm_90a build, C_out > 16, box row stride a multiple of 4, at most 128 k-steps), in both modes;
     False keeps the ``mma.sync`` GEMM (the path on other GPUs), for comparison. The outputs agree to
@@ -221,7 +233,7 @@ class ModelNew(nn.Module):
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_groups, scale_shape, maxpool_kernel_size,
-                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "v3",
+                 clamp_min, clamp_max, *, allow_tf32: bool = False, variant: str = "auto",
                  wgmma: bool = True, by_phase: bool = True):
         super().__init__()
         if tuple(scale_shape) != (out_channels, 1, 1):
@@ -243,13 +255,36 @@ class ModelNew(nn.Module):
         self.by_phase = bool(by_phase)
 
     def path(self, x: torch.Tensor) -> str:
-        """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
-        if self.variant != "v3":
+        """Which forward runs for input ``x``, and why: "v1"; "v2"; "v3"; "v2 (v3 unsupported: <reason>)";
+        under ``variant="auto"``, "v3 (auto: ...)" or "v2 (auto: ...)" with the measured times.
+        The first two characters name the variant. Under "auto" the first call for a shape times both."""
+        if self.variant in ("v1", "v2"):
             return self.variant
         if not x.is_cuda:
             return "v2 (v3 unsupported: x is not a CUDA tensor)"
         reason = v3_unsupported_reason(x.shape, self.conv, self.pool, x.device.index)
-        return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
+        if reason:
+            return f"v2 (v3 unsupported: {reason})"
+        return "v3" if self.variant == "v3" else self._auto_path(x)
+
+    def _auto_path(self, x: torch.Tensor) -> str:
+        kh, kw = self.conv.kernel_size
+        h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+        conv_bytes = 4 * x.shape[0] * self.conv.out_channels * h * w
+        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
+            return (f"v3 (auto: v2's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
+                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
+        if x.shape[0] == 0 or self.pool > min(h, w):  # no sample, or a pool window forward refuses
+            return "v3 (auto: nothing to measure)"
+        key = ("model B", tuple(x.shape), self.conv.out_channels, self.conv.kernel_size, self.group_norm.num_groups,
+               self.pool, self.allow_tf32, self.wgmma, self.by_phase, x.device.index)
+        tensors = [t.detach() for t in (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight,
+                                        self.group_norm.bias, self.scale)]
+        name, ms = helpers.fastest(key, {"v3": lambda: self._forward_v3(*tensors, None),
+                                         "v2": lambda: self._forward_v1_v2(*tensors, None)})
+        if not ms:
+            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
+        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v2 {1e3 * ms['v2']:.1f} us)"
 
     def _check_pool(self, h: int, w: int):
         if self.pool > h or self.pool > w:
@@ -265,7 +300,7 @@ class ModelNew(nn.Module):
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
-        fused = self._forward_v3 if self.path(x) == "v3" else self._forward_v1_v2
+        fused = self._forward_v3 if self.path(x)[:2] == "v3" else self._forward_v1_v2
         tensors = (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight, self.group_norm.bias,
                    self.scale)
         config = (self.group_norm.num_groups, self.pool, self.clamp_min, self.clamp_max,

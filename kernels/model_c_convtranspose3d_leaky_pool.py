@@ -5,9 +5,9 @@ KernelBench convention: ``Model`` (the unfused reference, exactly as specified i
 ``ModelNew(...).load_state_dict(Model(...).state_dict())`` works), ``get_inputs()`` and
 ``get_init_inputs()`` at the KernelBench size.
 
-``ModelNew`` has three forward variants:
+``ModelNew`` has three forward variants, and by default picks between the last two:
 
-* ``variant="v3"`` (default): the whole model in one launch of
+* ``variant="v3"``: the whole model in one launch of
   ``kernels/model_c_v3_fused_convtranspose_pool.cu``: the transposed conv is computed on tensor
   cores per stride phase (3xTF32 split products by default, fp32-accurate; 1xTF32 with
   ``allow_tf32=True``), pooled in registers, and only the pooled output is written.
@@ -28,9 +28,16 @@ configuration ``nn.ConvTranspose3d`` accepts, multiplier of shape (C_out, 1, 1, 
 and no larger than the conv output, any negative slope (v2 falls back to v1 when it is
 negative). v3 needs, in addition, the pool to be a multiple of the stride in every dimension
 and C_in x kernel volume small enough for the weight block to sit in shared memory (see the
-.cu header), on a GPU of compute capability 8.0 or newer; outside that, v3 runs v2
-(``ModelNew.path(x)`` says which one runs and why).
+.cu header), on a GPU of compute capability 8.0 or newer; outside that, v3 runs v2.
 Anything else raises a ValueError/TypeError naming the argument.
+
+``variant="auto"`` (the default) runs the faster of v3 and v2. On small problems v2 is often the
+faster one: on 30 small random configurations on an H100, in 21 (fp32-accurate mode, by up to 9.5x)
+and 16 (TF32, up to 7.1x) (results/model_c/NOTES.md, "ModelNew's default: the faster of v3 and v2,
+measured"). So "auto" times both on the first forward of each input shape and configuration
+(``helpers.fastest``: about 100 x (0.3 ms + both paths' times), once) and remembers the choice. It
+measures only where v2's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above that it
+runs v3, which never allocates the conv output. ``ModelNew.path(x)`` says which variant runs and why.
 """
 from __future__ import annotations
 
@@ -42,7 +49,9 @@ import helpers  # the repository root must be on sys.path
 
 KERNEL = "model_c_v1_v2_leaky_pool"
 KERNEL_V3 = "model_c_v3_fused_convtranspose_pool"
-VARIANTS = ("v1", "v2", "v3")
+VARIANTS = ("auto", "v1", "v2", "v3")
+# "auto" measures v2 against v3 only where v2's conv output (float32) takes at most this; above it, v3.
+AUTO_MEASURE_MAX_CONV_BYTES = 16 * 2**20
 
 # KernelBench size
 batch_size = 16
@@ -199,12 +208,13 @@ class ModelNew(nn.Module):
     ``allow_tf32`` (keyword, default False, named after ``torch.backends.cudnn.allow_tf32``): False
     is fp32-accurate (v3: 3xTF32 split products; v1/v2: cuDNN with TF32 off); True uses single TF32
     products (v3) or lets cuDNN pick TF32 (v1/v2), as eager PyTorch does by default for this model.
-    ``variant``: "v1", "v2" or "v3" (default).
+    ``variant``: "auto" (default: the faster of v3 and v2, measured once per input shape and
+    configuration), "v3" (v3 wherever its envelope allows, v2 elsewhere), "v2" or "v1".
     ``negative_slope`` (keyword, default 0.2 as in the reference).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, multiplier_shape,
-                 *, allow_tf32: bool = False, variant: str = "v3", negative_slope: float = 0.2, pool: int = 2):
+                 *, allow_tf32: bool = False, variant: str = "auto", negative_slope: float = 0.2, pool: int = 2):
         super().__init__()
         if tuple(multiplier_shape) != (out_channels, 1, 1, 1):
             raise ValueError(f"ModelNew: multiplier_shape must be (out_channels, 1, 1, 1) = "
@@ -228,16 +238,37 @@ class ModelNew(nn.Module):
                 "groups": ct.groups, "slope": self.negative_slope, "pool": self.pool, "allow_tf32": self.allow_tf32}
 
     def path(self, x: torch.Tensor) -> str:
-        """Which forward runs for input ``x``: "v1", "v2", "v3", or "v2 (v3 unsupported: <reason>)"."""
+        """Which forward runs for input ``x``, and why: "v1"; "v2"; "v3"; "v2 (v3 unsupported: <reason>)";
+        under ``variant="auto"``, "v3 (auto: ...)" or "v2 (auto: ...)" with the measured times.
+        The first two characters name the variant. Under "auto" the first call for a shape times both."""
         return self._path(x, self._config())
 
     def _path(self, x: torch.Tensor, cfg: dict) -> str:
-        if self.variant != "v3":
+        if self.variant in ("v1", "v2"):
             return self.variant
         if not x.is_cuda:
             return "v2 (v3 unsupported: x is not a CUDA tensor)"
         reason = v3_unsupported_reason(x.shape, cfg, x.device.index)
-        return "v3" if not reason else f"v2 (v3 unsupported: {reason})"
+        if reason:
+            return f"v2 (v3 unsupported: {reason})"
+        return "v3" if self.variant == "v3" else self._auto_path(x, cfg)
+
+    def _auto_path(self, x: torch.Tensor, cfg: dict) -> str:
+        conv_size = conv_output_size(x.shape[2:], cfg)
+        conv_bytes = 4 * x.shape[0] * cfg["out_channels"] * conv_size[0] * conv_size[1] * conv_size[2]
+        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
+            return (f"v3 (auto: v2's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
+                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
+        if x.shape[0] == 0 or min(conv_size) < cfg["pool"]:  # no sample, or a pool window forward refuses
+            return "v3 (auto: nothing to measure)"
+        key = ("model C", tuple(x.shape), tuple(cfg.items()), x.device.index)
+        ct = self.conv_transpose
+        tensors = [t.detach() for t in (x.contiguous(), ct.weight, ct.bias, self.multiplier)]
+        name, ms = helpers.fastest(key, {v: lambda v=v: _fused(*tensors, {**cfg, "path": v, "out": None})
+                                         for v in ("v3", "v2")})
+        if not ms:
+            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
+        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v2 {1e3 * ms['v2']:.1f} us)"
 
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, C_out, D'//P, H'//P, W'//P); ``out`` optionally receives it."""

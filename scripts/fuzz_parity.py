@@ -78,7 +78,7 @@ def suite(model: str, wide: bool, channels: bool = False):
 
     def models(init):  # model C: both modes of v3 beside v1 and v2
         model, fused = TC._models(init)
-        fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
+        fused["v3 tf32"] = C.ModelNew(*init, variant="v3", allow_tf32=True).cuda()
         return model, fused
     return (channels_c if channels else TC._random_config), models, (0.0,), {"v3 tf32"}
 

@@ -56,6 +56,10 @@ def test_model_new_refuses_bad_configuration_and_cpu_input():
         B.ModelNew(8, 64, 3, 16, (64,), 4, 0.0, 1.0)
     with pytest.raises(ValueError, match="variant"):
         B.ModelNew(*init, variant="v9")
+    fused = B.ModelNew(*init)
+    assert fused.variant == "auto"  # the default: the faster of v3 and v2, measured on a GPU
+    assert fused.path(torch.rand(1, 8, 16, 16)) == "v2 (v3 unsupported: x is not a CUDA tensor)"
+    assert B.ModelNew(*init, variant="v1").path(torch.rand(1, 8, 16, 16)) == "v1"
     with pytest.raises(ValueError, match="maxpool_kernel_size"):
         B.ModelNew(8, 64, 3, 16, (64, 1, 1), 17, 0.0, 1.0)
     with pytest.raises(ValueError):

@@ -163,3 +163,41 @@ def test_backward_differentiates_the_forward_that_ran():
     def narrow_the_clamp():
         fused.clamp_min, fused.clamp_max = -0.05, 0.05
     helpers.check_backward_uses_its_forward(fused, x, grad_out, narrow_the_clamp)
+
+
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+    init = [3, 8, 3, 4, (8, 1, 1), 2, -0.3, 0.8]
+    for allow_tf32 in (False, True):
+        model = B.Model(*init).cuda()
+        helpers.randomize_parameters(model, seed=12)
+        fused = B.ModelNew(*init, allow_tf32=allow_tf32).cuda()
+        fused.load_state_dict(model.state_dict())
+        x = torch.rand(2, 3, 15, 17, device="cuda")
+        key = ("model B", tuple(x.shape), 8, (3, 3), 4, 2, allow_tf32, True, True, x.device.index)
+        helpers._FASTEST.pop(key, None)
+        path = fused.path(x)
+        name, ms = helpers._FASTEST[key]
+        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v2"}, path
+        faster = min(ms, key=ms.get)
+        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
+        with monkeypatch.context() as patch:  # remembered: another module of the same configuration does not time
+            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
+            assert B.ModelNew(*init, allow_tf32=allow_tf32).cuda().path(x) == path
+        ran = []
+        for method_name, variant in (("_forward_v3", "v3"), ("_forward_v1_v2", "v2")):
+            method = getattr(fused, method_name)
+            monkeypatch.setattr(fused, method_name,
+                                lambda *a, method=method, variant=variant: ran.append(variant) or method(*a))
+        with torch.no_grad():
+            fused(x)
+        assert ran == [name]
+        helpers.parity_sweep(model, {"auto tf32" if allow_tf32 else "auto": fused},
+                             lambda seed: [torch.rand(x.shape, device="cuda")], seeds=(22,), tf32={"auto tf32"})
+
+
+def test_auto_runs_v3_unmeasured_above_the_cap(monkeypatch):
+    monkeypatch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured"))
+    fused = B.ModelNew(*B.get_init_inputs()).cuda()
+    x = torch.empty(128, 8, 128, 128, device="cuda")  # conv output 128 x 64 x 126 x 126 floats: 496.1 MiB
+    assert fused.path(x).startswith("v3 (auto: v2's conv output would take 496.1 MiB"), fused.path(x)
+    assert fused.path(torch.empty(0, 8, 16, 16, device="cuda")) == "v3 (auto: nothing to measure)"

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 def _models(init, modes=("fp32", "tf32")):
     torch.manual_seed(0)
     model = B.Model(*init).cuda()
-    fused = {f"v3 {mode}": B.ModelNew(*init, allow_tf32=(mode == "tf32")).cuda() for mode in modes}
+    fused = {f"v3 {mode}": B.ModelNew(*init, variant="v3", allow_tf32=(mode == "tf32")).cuda() for mode in modes}
     for module in fused.values():
         module.load_state_dict(model.state_dict())
     return model, fused
@@ -231,7 +231,7 @@ def test_fp32_mode_input_shift(init, shape, case):
     per channel), a large common offset, and a plane with 1e6 at four of its 16 samples, two of them among the
     three whose median is the candidate: only 4 samples agree with it, and no shift may be taken."""
     model = B.Model(*init).cuda()
-    fused = {"v3 fp32": B.ModelNew(*init).cuda(), "v3 fp32 mma.sync": B.ModelNew(*init, wgmma=False).cuda()}
+    fused = {"v3 fp32": B.ModelNew(*init, variant="v3").cuda(), "v3 fp32 mma.sync": B.ModelNew(*init, variant="v3", wgmma=False).cuda()}
     c_in = init[0]
     for seed in (50, 51):
         helpers.randomize_parameters(model, seed)
@@ -260,7 +260,7 @@ def test_fp32_mode_plane_with_a_few_elements_far_from_the_rest(case):
     (H200, results/model_b/NOTES.md). The interior grid of samples sees neither."""
     init, shape = list(B.get_init_inputs()), (2, 8, 128, 128)
     model = B.Model(*init).cuda()
-    fused = {"v3 fp32": B.ModelNew(*init).cuda()}
+    fused = {"v3 fp32": B.ModelNew(*init, variant="v3").cuda()}
     for seed in (1, 2):
         helpers.randomize_parameters(model, seed)
         fused["v3 fp32"].load_state_dict(model.state_dict())
@@ -375,8 +375,8 @@ def test_by_phase_against_the_chunks(init, shape, mode):
     torch.manual_seed(2)
     model = B.Model(*init).cuda()
     tf32 = mode == "tf32"
-    fused = {f"v3 {mode} by phase": B.ModelNew(*init, allow_tf32=tf32).cuda(),
-             f"v3 {mode} chunks": B.ModelNew(*init, allow_tf32=tf32, by_phase=False).cuda()}
+    fused = {f"v3 {mode} by phase": B.ModelNew(*init, variant="v3", allow_tf32=tf32).cuda(),
+             f"v3 {mode} chunks": B.ModelNew(*init, variant="v3", allow_tf32=tf32, by_phase=False).cuda()}
     info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], tf32,
                                torch.cuda.current_device())
     assert info["by_phase"] == 1
@@ -406,8 +406,8 @@ def test_by_phase_statistics_shift_far_from_the_next_tile(mode):
     torch.manual_seed(4)
     model = B.Model(*init).cuda()
     helpers.randomize_parameters(model, 4)
-    by_phase = B.ModelNew(*init, allow_tf32=(mode == "tf32")).cuda()
-    chunks = B.ModelNew(*init, allow_tf32=(mode == "tf32"), by_phase=False).cuda()
+    by_phase = B.ModelNew(*init, variant="v3", allow_tf32=(mode == "tf32")).cuda()
+    chunks = B.ModelNew(*init, variant="v3", allow_tf32=(mode == "tf32"), by_phase=False).cuda()
     for module in (by_phase, chunks):
         module.load_state_dict(model.state_dict())
     # Spreads well above TF32's spacing at each offset (at 1e4 the relay would round [0, 1) away entirely).
@@ -449,8 +449,8 @@ def test_gemm_on_wgmma_and_on_mma_sync(init, shape, offset, on_wgmma, mode):
     torch.manual_seed(1)
     model = B.Model(*init).cuda()
     tf32 = mode == "tf32"
-    fused = {f"v3 {mode} wgmma": B.ModelNew(*init, allow_tf32=tf32).cuda(),
-             f"v3 {mode} mma.sync": B.ModelNew(*init, allow_tf32=tf32, wgmma=False).cuda()}
+    fused = {f"v3 {mode} wgmma": B.ModelNew(*init, variant="v3", allow_tf32=tf32).cuda(),
+             f"v3 {mode} mma.sync": B.ModelNew(*init, variant="v3", allow_tf32=tf32, wgmma=False).cuda()}
     for module in fused.values():
         module.load_state_dict(model.state_dict())
     info = _v3_ext().plan_info(shape[2], shape[3], shape[0], init[0], init[1], init[2], init[2], init[5], tf32,

@@ -53,7 +53,7 @@ def test_v3_envelope_cases(init, shape, pool, slope):
     model = C.Model(*init).cuda()
     model.leaky_relu.negative_slope = slope
     model.max_pool = torch.nn.MaxPool3d(pool)
-    fused = {f"v3 {mode}": C.ModelNew(*init, negative_slope=slope, pool=pool, allow_tf32=(mode == "tf32")).cuda()
+    fused = {f"v3 {mode}": C.ModelNew(*init, variant="v3", negative_slope=slope, pool=pool, allow_tf32=(mode == "tf32")).cuda()
              for mode in ("fp32", "tf32")}
     x = torch.rand(shape, device="cuda")
     assert fused["v3 fp32"].path(x) == "v3"
@@ -75,7 +75,7 @@ class _V3Build(torch.nn.Module):
 
     def __init__(self, init, ext, allow_tf32, pool=2, slope=0.2, smem_a=True, share_a=True):
         super().__init__()
-        self.fused = C.ModelNew(*init, allow_tf32=allow_tf32, pool=pool, negative_slope=slope)
+        self.fused = C.ModelNew(*init, variant="v3", allow_tf32=allow_tf32, pool=pool, negative_slope=slope)
         self.ext, self.allow_tf32, self.pool, self.slope = ext, allow_tf32, pool, slope
         self.smem_a, self.share_a = smem_a, share_a
 
@@ -236,7 +236,7 @@ def _random_config(rng: random.Random):
 def test_random_configurations_parity(index):
     init, shape = _random_config(random.Random(3000 + index))
     model, fused = _models(init)
-    fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()  # its own box layout (16-channel groups)
+    fused["v3 tf32"] = C.ModelNew(*init, variant="v3", allow_tf32=True).cuda()  # its own box layout (16-channel groups)
     helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
                          tf32={"v3 tf32"})
 
@@ -267,7 +267,7 @@ def test_random_wide_channel_counts_parity():
     for index in range(16):
         init, shape = _draw_channels_config(random.Random(4000 + index), 2, [(25, 64)], [(17, 64)], 8, [1, 2])
         model, fused = _models(init)
-        fused["v3 tf32"] = C.ModelNew(*init, allow_tf32=True).cuda()
+        fused["v3 tf32"] = C.ModelNew(*init, variant="v3", allow_tf32=True).cuda()
         ran_v3 += fused["v3"].path(torch.empty(shape, device="cuda")) == "v3"
         helpers.parity_sweep(model, fused, lambda seed: [torch.rand(shape, device="cuda")], seeds=(index,),
                              tf32={"v3 tf32"})
@@ -354,7 +354,7 @@ def test_v3_no_large_allocation_and_deterministic():
 @pytest.mark.parametrize("allow_tf32", [False, True])
 def test_v3_runs_on_the_current_stream(on_busy_side_stream, allow_tf32):
     init = [5, 12, 3, 2, 1, 1, (12, 1, 1, 1)]
-    fused = C.ModelNew(*init, allow_tf32=allow_tf32).cuda()
+    fused = C.ModelNew(*init, variant="v3", allow_tf32=allow_tf32).cuda()
     x_stale, x_new = torch.rand(2, 5, 6, 8, 9, device="cuda"), torch.rand(2, 5, 6, 8, 9, device="cuda")
     with torch.no_grad():
         assert fused.path(x_new) == "v3"
@@ -485,3 +485,40 @@ def test_backward_differentiates_the_forward_that_ran():
     helpers.randomize_parameters(fused, 6)
     x, grad_out = torch.rand(2, 4, 5, 6, 7, device="cuda"), torch.randn(2, 6, 5, 6, 7, device="cuda")
     helpers.check_backward_uses_its_forward(fused, x, grad_out, lambda: setattr(fused, "negative_slope", 0.6))
+
+
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+    init = [4, 6, 3, 2, 1, 1, (6, 1, 1, 1)]
+    for allow_tf32 in (False, True):
+        model = C.Model(*init).cuda()
+        helpers.randomize_parameters(model, seed=13)
+        fused = C.ModelNew(*init, allow_tf32=allow_tf32).cuda()
+        fused.load_state_dict(model.state_dict())
+        x = torch.rand(2, 4, 5, 6, 7, device="cuda")
+        key = ("model C", tuple(x.shape), tuple(fused._config().items()), x.device.index)
+        helpers._FASTEST.pop(key, None)
+        path = fused.path(x)
+        name, ms = helpers._FASTEST[key]
+        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v2"}, path
+        faster = min(ms, key=ms.get)
+        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
+        with monkeypatch.context() as patch:  # remembered: another module of the same configuration does not time
+            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
+            assert C.ModelNew(*init, allow_tf32=allow_tf32).cuda().path(x) == path
+        ran, fused_forward = [], C._fused
+        with monkeypatch.context() as patch:
+            patch.setattr(C, "_fused", lambda *a: ran.append(a[-1]["path"]) or fused_forward(*a))
+            with torch.no_grad():
+                fused(x)
+        assert ran == [name]
+        helpers.parity_sweep(model, {"auto tf32" if allow_tf32 else "auto": fused},
+                             lambda seed: [torch.rand(x.shape, device="cuda")], seeds=(23,),
+                             shifts=(0.0,) if allow_tf32 else (0.0, 100.0), tf32={"auto tf32"})
+
+
+def test_auto_runs_v3_unmeasured_above_the_cap(monkeypatch):
+    monkeypatch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured"))
+    fused = C.ModelNew(*C.get_init_inputs()).cuda()
+    x = torch.empty(C.batch_size, C.in_channels, C.depth, C.height, C.width, device="cuda")
+    assert fused.path(x).startswith("v3 (auto: v2's conv output would take 256.0 MiB"), fused.path(x)
+    assert fused.path(torch.empty(0, C.in_channels, 4, 4, 4, device="cuda")) == "v3 (auto: nothing to measure)"
