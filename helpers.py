@@ -782,10 +782,14 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
     candidate is the default: another is chosen only when its median is more than ``FASTEST_MARGIN``
     below the default's, so near-ties do not flip between processes.
 
-    Timed with ``benchmark``: 100 interleaved runs each after 3 warm-ups, under ``torch.no_grad()``,
-    each run queued behind 300 µs of GPU sleep (GPU time: what each costs the card, without the
-    launch overhead of this host), L2 not flushed (a flush buffer would cost 256 MiB of device memory
-    for a choice). So the first call for a key costs about 100 × (0.3 ms + the candidates' times).
+    Timed as the notebooks time: ``benchmark``, 100 interleaved runs each after 3 warm-ups, under
+    ``torch.no_grad()``, L2 flushed before each run, each run queued behind 300 µs of GPU sleep (GPU
+    time: what each costs the card, without the launch overhead of this host). The flush matters:
+    measured without it, a kernel's code and data stay in L2 between runs, and on an H100 that made
+    v3 look faster than v1/v2 on configurations where, flushed, it is 5-28 % slower (NOTES, "ModelNew's
+    default"). The flush buffer (``flush_l2``, 256 MiB) is handed back to PyTorch's caching allocator
+    afterwards unless it existed before. So the first call for a key costs about
+    100 × (0.4 ms + the candidates' times) of GPU time, and the buffer's allocation.
 
     Returns (name, {name: median ms}). Nothing is timed, and the default comes back with an empty
     dict and is not remembered, without a GPU, while a CUDA graph is being captured or while
@@ -798,8 +802,14 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
         return _FASTEST[key]
     if not gpu_available() or torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
         return names[0], {}
-    with torch.no_grad():
-        summary = benchmark(candidates, runs=100, warmup=3, flush=False, queue_ahead_us=300.0)
+    device = torch.cuda.current_device()
+    had_flush_buffer = device in _FLUSH_BUFFER
+    try:
+        with torch.no_grad():
+            summary = benchmark(candidates, runs=100, warmup=3, flush=True, queue_ahead_us=300.0)
+    finally:
+        if not had_flush_buffer:
+            _FLUSH_BUFFER.pop(device, None)
     times = {name: float(summary.loc[name, "median_ms"]) for name in names}
     best = min(names, key=times.get)
     if times[best] >= (1 - FASTEST_MARGIN) * times[names[0]]:

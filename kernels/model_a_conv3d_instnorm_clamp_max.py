@@ -23,7 +23,7 @@ constant cancels exactly (and PyTorch would add it in a separate pass over the c
 v1, and "auto" (the default) the faster of the two. On small problems v1 can be the faster one, in
 the fp32 mode up to 3.2x on an H100 (results/model_a/NOTES.md, "v3 against v1 on 63 small
 configurations"). So "auto" times both on the first forward of each input shape and mode
-(``helpers.fastest``: about 100 x (0.3 ms + both paths' times), once) and remembers the choice. It
+(``helpers.fastest``: about 100 x (0.4 ms + both paths' times), once, L2 flushed) and remembers the choice. It
 measures only where v1's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above
 that it runs v3, which then never allocates the conv output, and which was the faster one on all 5
 problems of more than a million conv outputs in that survey. ``ModelNew.path(x)`` says which path runs and why.

@@ -35,7 +35,7 @@ Anything else raises a ValueError/TypeError naming the argument.
 faster one: on 30 small random configurations on an H100, in 21 (fp32-accurate mode, by up to 9.5x)
 and 16 (TF32, up to 7.1x) (results/model_c/NOTES.md, "ModelNew's default: the faster of v3 and v2,
 measured"). So "auto" times both on the first forward of each input shape and configuration
-(``helpers.fastest``: about 100 x (0.3 ms + both paths' times), once) and remembers the choice. It
+(``helpers.fastest``: about 100 x (0.4 ms + both paths' times), once, L2 flushed) and remembers the choice. It
 measures only where v2's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above that it
 runs v3, which never allocates the conv output. ``ModelNew.path(x)`` says which variant runs and why.
 """
