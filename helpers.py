@@ -785,9 +785,9 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
     Timed as the notebooks time: ``benchmark``, 100 interleaved runs each after 3 warm-ups, under
     ``torch.no_grad()``, L2 flushed before each run, each run queued behind 300 µs of GPU sleep (GPU
     time: what each costs the card, without the launch overhead of this host). The flush matters:
-    measured without it, a kernel's code and data stay in L2 between runs, and on an H100 that made
-    v3 look faster than v1/v2 on configurations where, flushed, it is 5-28 % slower (NOTES, "ModelNew's
-    default"). The flush buffer (``flush_l2``, 256 MiB) is handed back to PyTorch's caching allocator
+    without it a kernel's code and data stay in L2 between runs, and on an H100 the unflushed choice
+    missed the faster path by 9-28 % on 8 of 124 small (configuration, mode) pairs, the flushed one on
+    1 (results/model_*/NOTES.md, "ModelNew's default"). The flush buffer (``flush_l2``, 256 MiB) is handed back to PyTorch's caching allocator
     afterwards unless it existed before. So the first call for a key costs about
     100 × (0.4 ms + the candidates' times) of GPU time, and the buffer's allocation.
 
@@ -828,8 +828,8 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
     module's output must match ``model``'s within KernelBench's allclose (atol = rtol = 1e-2), else
     ParityError. Then one interleaved ``benchmark`` of the two variants in both modes: GPU time (300 µs
     queued ahead), L2 flushed, 100 runs. "auto" runs the code of the variant it chose, so its time is
-    that variant's: timed as a contender of its own, it would run right after its twin, with that
-    kernel's code still in the instruction caches, and measure faster than the same kernel does.
+    that variant's: timed as a contender of its own, it ran right after its twin and measured up to
+    31 % faster than the same kernel (its code still cached, the likely cause).
 
     Returns one row per mode: mode, auto chose, ``<variant> us`` (median, µs) for each, ``chosen us``
     and ``chosen / faster``. Empty where the default variant does not run its own path for ``x``
