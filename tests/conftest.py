@@ -1,5 +1,5 @@
-"""Test setup: the repository root on sys.path, the `gpu` marker that skips without a CUDA GPU, and a
-fixture that checks a forward runs on the current stream."""
+"""Test setup: the repository root on sys.path, the `gpu` marker that skips without a CUDA GPU, a
+fixture that checks a forward runs on the current stream, and one that checks ``variant="auto"``'s choice."""
 import sys
 from pathlib import Path
 
@@ -47,3 +47,26 @@ def on_busy_side_stream():
 
     run.on_default_stream = on_default_stream
     return run
+
+
+@pytest.fixture
+def measured_auto_choice(monkeypatch):
+    """``check(fused, x, key, make_twin)``: what a ``ModelNew(variant="auto")`` chooses for ``x``, timed afresh
+    (``key`` is its ``helpers.fastest`` key, forgotten first). Checks that ``fused.path(x)`` names the remembered
+    choice with both measured times, that the choice follows ``helpers.fastest``'s rule (the default, v3, unless
+    the other is faster by more than the margin), and that ``make_twin()``, a new module of the same
+    configuration, takes the same path without timing again. Returns the chosen variant's name."""
+    import helpers
+
+    def check(fused, x, key, make_twin):
+        helpers._FASTEST.pop(key, None)
+        path = fused.path(x)
+        name, ms = helpers._FASTEST[key]
+        assert path.startswith(f"{name} (auto: measured v3 ") and len(ms) == 2 and "v3" in ms, path
+        faster = min(ms, key=ms.get)
+        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
+        with monkeypatch.context() as patch:
+            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
+            assert make_twin().path(x) == path
+        return name
+    return check

@@ -239,25 +239,16 @@ def test_backward_differentiates_the_forward_that_ran():
     helpers.check_backward_uses_its_forward(fused, x, grad_out, narrow_the_clamp)
 
 
-def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch, measured_auto_choice):
     init = [3, 8, 3, (8, 1, 1, 1), -0.6, 0.9]
     for allow_tf32 in (False, True):
         model, fused = _pair(init, allow_tf32=allow_tf32)
         helpers.randomize_parameters(model, seed=11)
         fused.load_state_dict(model.state_dict())
         x = torch.rand(2, 3, 7, 9, 11, device="cuda")
-        key = ("model A", tuple(x.shape), 8, 3, allow_tf32, x.device.index)
-        helpers._FASTEST.pop(key, None)
-        path = fused.path(x)
-        name, ms = helpers._FASTEST[key]
-        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v1"}, path
-        faster = min(ms, key=ms.get)
-        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
-        # Remembered: a second module of the same configuration does not time again.
-        with monkeypatch.context() as patch:
-            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
-            other = A.ModelNew(*init, allow_tf32=allow_tf32).cuda()
-            assert other.path(x) == path
+        name = measured_auto_choice(fused, x, ("model A", tuple(x.shape), 8, 3, allow_tf32, x.device.index),
+                                    lambda: A.ModelNew(*init, allow_tf32=allow_tf32).cuda())
+        assert name in ("v1", "v3")
         # The forward runs the chosen path, and only that one.
         ran = []
         for variant in ("v1", "v3"):

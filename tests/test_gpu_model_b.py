@@ -165,7 +165,7 @@ def test_backward_differentiates_the_forward_that_ran():
     helpers.check_backward_uses_its_forward(fused, x, grad_out, narrow_the_clamp)
 
 
-def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch, measured_auto_choice):
     init = [3, 8, 3, 4, (8, 1, 1), 2, -0.3, 0.8]
     for allow_tf32 in (False, True):
         model = B.Model(*init).cuda()
@@ -174,16 +174,9 @@ def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
         fused.load_state_dict(model.state_dict())
         x = torch.rand(2, 3, 15, 17, device="cuda")
         key = ("model B", tuple(x.shape), 8, (3, 3), 4, 2, allow_tf32, True, True, x.device.index)
-        helpers._FASTEST.pop(key, None)
-        path = fused.path(x)
-        name, ms = helpers._FASTEST[key]
-        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v2"}, path
-        faster = min(ms, key=ms.get)
-        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
-        with monkeypatch.context() as patch:  # remembered: another module of the same configuration does not time
-            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
-            assert B.ModelNew(*init, allow_tf32=allow_tf32).cuda().path(x) == path
-        ran = []
+        name = measured_auto_choice(fused, x, key, lambda: B.ModelNew(*init, allow_tf32=allow_tf32).cuda())
+        assert name in ("v2", "v3")
+        ran = []  # the forward runs the chosen variant, and only that one
         for method_name, variant in (("_forward_v3", "v3"), ("_forward_v1_v2", "v2")):
             method = getattr(fused, method_name)
             monkeypatch.setattr(fused, method_name,

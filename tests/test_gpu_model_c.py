@@ -487,7 +487,7 @@ def test_backward_differentiates_the_forward_that_ran():
     helpers.check_backward_uses_its_forward(fused, x, grad_out, lambda: setattr(fused, "negative_slope", 0.6))
 
 
-def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
+def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch, measured_auto_choice):
     init = [4, 6, 3, 2, 1, 1, (6, 1, 1, 1)]
     for allow_tf32 in (False, True):
         model = C.Model(*init).cuda()
@@ -496,16 +496,9 @@ def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch):
         fused.load_state_dict(model.state_dict())
         x = torch.rand(2, 4, 5, 6, 7, device="cuda")
         key = ("model C", tuple(x.shape), tuple(fused._config().items()), x.device.index)
-        helpers._FASTEST.pop(key, None)
-        path = fused.path(x)
-        name, ms = helpers._FASTEST[key]
-        assert path.startswith(f"{name} (auto: measured v3 ") and set(ms) == {"v3", "v2"}, path
-        faster = min(ms, key=ms.get)
-        assert name == (faster if ms[faster] < (1 - helpers.FASTEST_MARGIN) * ms["v3"] else "v3"), ms
-        with monkeypatch.context() as patch:  # remembered: another module of the same configuration does not time
-            patch.setattr(helpers, "benchmark", lambda *a, **k: pytest.fail("measured again"))
-            assert C.ModelNew(*init, allow_tf32=allow_tf32).cuda().path(x) == path
-        ran, fused_forward = [], C._fused
+        name = measured_auto_choice(fused, x, key, lambda: C.ModelNew(*init, allow_tf32=allow_tf32).cuda())
+        assert name in ("v2", "v3")
+        ran, fused_forward = [], C._fused  # the forward runs the chosen variant, and only that one
         with monkeypatch.context() as patch:
             patch.setattr(C, "_fused", lambda *a: ran.append(a[-1]["path"]) or fused_forward(*a))
             with torch.no_grad():
