@@ -718,6 +718,19 @@ def benchmark(contenders: Mapping[str, Callable[[], object]], *, runs: int = 200
     return summary
 
 
+def check_kernelbench_allclose(outputs: Mapping[str, torch.Tensor], reference: torch.Tensor, where: str,
+                               reference_name: str = "the reference") -> None:
+    """Raise ParityError naming every output in ``outputs`` whose shape differs from ``reference``'s or that
+    fails KernelBench's criterion against it (``torch.allclose``, atol = rtol = 1e-2, NaN unequal).
+
+    A guard before timing, so that a time never stands for a wrong answer; the parity proof is
+    ``parity_sweep`` against float64. ``where`` starts the message (e.g. "batch 4")."""
+    wrong = [name for name, out in outputs.items()
+             if out.shape != reference.shape or not torch.allclose(out, reference, atol=1e-2, rtol=1e-2)]
+    if wrong:
+        raise ParityError(f"{where}: {wrong} differ from {reference_name} beyond atol = rtol = 1e-2")
+
+
 def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
                 make_input: Callable[[int], torch.Tensor], batches: Sequence[int], *,
                 runs: int = 100, queue_ahead_us: float = 500.0) -> pd.DataFrame | None:
@@ -747,12 +760,8 @@ def batch_sweep(contenders: Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
         x = make_input(batch)
         with torch.no_grad():
             outs = {name: fn(x) for name, fn in contenders.items()}
-        reference = outs[names[0]]
-        wrong = [name for name, out in outs.items()
-                 if out.shape != reference.shape or not torch.allclose(out, reference, atol=1e-2, rtol=1e-2)]
-        if wrong:
-            raise ParityError(f"batch {batch}: {wrong} differ from {names[0]} beyond atol = rtol = 1e-2")
-        del outs, reference
+        check_kernelbench_allclose(outs, outs[names[0]], f"batch {batch}", names[0])
+        del outs
         with torch.no_grad():
             summary = benchmark({name: (lambda fn=fn: fn(x)) for name, fn in contenders.items()}, runs=runs,
                                 queue_ahead_us=queue_ahead_us)
@@ -818,6 +827,33 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
     return _FASTEST[key]
 
 
+def auto_path(key, candidates: Mapping[str, Callable[[], object]], *, conv_bytes: int, cap_bytes: int,
+              measurable: bool = True) -> str:
+    """Which path a ``ModelNew(variant="auto")`` runs, and why, as the string its ``path(x)`` returns.
+
+    ``candidates`` as for ``fastest``: the fused default first (e.g. "v3"), then the path through
+    PyTorch's conv (e.g. "v1"), each a no-argument callable (build them cheaply: they are called only
+    when a key is first measured). ``conv_bytes`` is what that conv's output would take for this input
+    (bytes). Above ``cap_bytes`` nothing is timed, so that the choice never allocates a tensor that
+    large, and the default runs. ``measurable`` False (no sample, or a shape the forward refuses) also
+    keeps the default untimed. Otherwise ``fastest(key, candidates)`` decides.
+
+    Returns "<name> (auto: ...)"; the first two characters name the path, e.g.
+    "v3 (auto: measured v3 12.3 us, v1 20.1 us)" or
+    "v3 (auto: v1's conv output would take 98.4 MiB, over 16 MiB: not measured)".
+    """
+    default, other = list(candidates)[:2]
+    if conv_bytes > cap_bytes:
+        return (f"{default} (auto: {other}'s conv output would take {conv_bytes / 2**20:.1f} MiB, over "
+                f"{cap_bytes / 2**20:.0f} MiB: not measured)")
+    if not measurable:
+        return f"{default} (auto: nothing to measure)"
+    name, ms = fastest(key, candidates)
+    if not ms:
+        return f"{name} (auto: not measured: no GPU, or a CUDA graph capture or torch.compile trace in progress)"
+    return f"{name} (auto: measured " + ", ".join(f"{n} {1e3 * t:.1f} us" for n, t in ms.items()) + ")"
+
+
 def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], torch.nn.Module], x: torch.Tensor,
                      variants: Sequence[str]) -> pd.DataFrame:
     """What a ``ModelNew(variant="auto")`` chose for input ``x``, in each accuracy mode, against both choices timed.
@@ -847,10 +883,8 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
             return pd.DataFrame()
         chose = modules["auto"].path(x)[:2]
         with torch.no_grad():
-            expected = model(x)
-            for variant, module in modules.items():
-                if not torch.allclose(module(x), expected, atol=1e-2, rtol=1e-2):
-                    raise ParityError(f"time_auto_choice: {variant} ({mode}) differs from the model beyond 1e-2")
+            check_kernelbench_allclose({f"{v} ({mode})": module(x) for v, module in modules.items()}, model(x),
+                                       "time_auto_choice", "the model")
         contenders.update({f"{v} {mode}": (lambda m=modules[v]: m(x)) for v in variants})
         rows.append({"mode": mode, "auto chose": chose})
     with torch.no_grad():

@@ -43,6 +43,8 @@ PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -212,19 +214,16 @@ class ModelNew(nn.Module):
     def _auto_path(self, x: torch.Tensor) -> str:
         k = self.conv.kernel_size[0]
         outputs = x.shape[0] * (x.shape[2] - k + 1) * (x.shape[3] - k + 1) * (x.shape[4] - k + 1)
-        conv_bytes = 4 * outputs * self.conv.out_channels
-        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
-            return (f"v3 (auto: v1's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
-                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
-        if outputs <= x.shape[0]:  # no sample, or one element per channel, which forward refuses
-            return "v3 (auto: nothing to measure)"
         key = ("model A", tuple(x.shape), self.conv.out_channels, k, self.allow_tf32, x.device.index)
-        x, w, m = x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
-        name, ms = helpers.fastest(key, {"v3": lambda: self._forward_v3(x, w, m, None),
-                                         "v1": lambda: self._forward_v1(x, w, m, None)})
-        if not ms:
-            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
-        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v1 {1e3 * ms['v1']:.1f} us)"
+        @functools.cache  # detached once, and only when a key is first measured
+        def tensors():
+            return x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
+
+        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None),
+                                       "v1": lambda: self._forward_v1(*tensors(), None)},
+                                 conv_bytes=4 * outputs * self.conv.out_channels, cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
+                                 # no sample, or one element per channel, which forward refuses
+                                 measurable=outputs > x.shape[0])
 
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, D', H', W'); ``out`` optionally receives it.

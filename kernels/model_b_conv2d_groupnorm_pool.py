@@ -49,6 +49,8 @@ plus PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -273,21 +275,19 @@ class ModelNew(nn.Module):
     def _auto_path(self, x: torch.Tensor) -> str:
         kh, kw = self.conv.kernel_size
         h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
-        conv_bytes = 4 * x.shape[0] * self.conv.out_channels * h * w
-        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
-            return (f"v3 (auto: v2's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
-                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
-        if x.shape[0] == 0 or self.pool > min(h, w):  # no sample, or a pool window forward refuses
-            return "v3 (auto: nothing to measure)"
         key = ("model B", tuple(x.shape), self.conv.out_channels, self.conv.kernel_size, self.group_norm.num_groups,
                self.pool, self.allow_tf32, self.wgmma, self.by_phase, x.device.index)
-        tensors = [t.detach() for t in (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight,
-                                        self.group_norm.bias, self.scale)]
-        name, ms = helpers.fastest(key, {"v3": lambda: self._forward_v3(*tensors, None),
-                                         "v2": lambda: self._forward_v1_v2(*tensors, None)})
-        if not ms:
-            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
-        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v2 {1e3 * ms['v2']:.1f} us)"
+        @functools.cache  # detached once, and only when a key is first measured
+        def tensors():
+            return [t.detach() for t in (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight,
+                                         self.group_norm.bias, self.scale)]
+
+        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None),
+                                       "v2": lambda: self._forward_v1_v2(*tensors(), None)},
+                                 conv_bytes=4 * x.shape[0] * self.conv.out_channels * h * w,
+                                 cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
+                                 # no sample, or a pool window forward refuses
+                                 measurable=x.shape[0] > 0 and self.pool <= min(h, w))
 
     def _check_pool(self, h: int, w: int):
         if self.pool > h or self.pool > w:

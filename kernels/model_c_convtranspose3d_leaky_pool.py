@@ -42,6 +42,9 @@ allocates the conv output, as at the KernelBench size (256 MiB). ``ModelNew.path
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -258,20 +261,18 @@ class ModelNew(nn.Module):
 
     def _auto_path(self, x: torch.Tensor, cfg: dict) -> str:
         conv_size = conv_output_size(x.shape[2:], cfg)
-        conv_bytes = 4 * x.shape[0] * cfg["out_channels"] * conv_size[0] * conv_size[1] * conv_size[2]
-        if conv_bytes > AUTO_MEASURE_MAX_CONV_BYTES:
-            return (f"v3 (auto: v2's conv output would take {conv_bytes / 2**20:.1f} MiB, over "
-                    f"{AUTO_MEASURE_MAX_CONV_BYTES / 2**20:.0f} MiB: not measured)")
-        if x.shape[0] == 0 or min(conv_size) < cfg["pool"]:  # no sample, or a pool window forward refuses
-            return "v3 (auto: nothing to measure)"
         key = ("model C", tuple(x.shape), tuple(cfg.items()), x.device.index)
         ct = self.conv_transpose
-        tensors = [t.detach() for t in (x.contiguous(), ct.weight, ct.bias, self.multiplier)]
-        name, ms = helpers.fastest(key, {v: lambda v=v: _fused(*tensors, {**cfg, "path": v, "out": None})
-                                         for v in ("v3", "v2")})
-        if not ms:
-            return f"{name} (auto: not measured during CUDA graph capture or torch.compile tracing)"
-        return f"{name} (auto: measured v3 {1e3 * ms['v3']:.1f} us, v2 {1e3 * ms['v2']:.1f} us)"
+        @functools.cache  # detached once, and only when a key is first measured
+        def tensors():
+            return [t.detach() for t in (x.contiguous(), ct.weight, ct.bias, self.multiplier)]
+
+        return helpers.auto_path(key, {v: lambda v=v: _fused(*tensors(), {**cfg, "path": v, "out": None})
+                                       for v in ("v3", "v2")},
+                                 conv_bytes=4 * x.shape[0] * cfg["out_channels"] * math.prod(conv_size),
+                                 cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
+                                 # no sample, or a pool window forward refuses
+                                 measurable=x.shape[0] > 0 and min(conv_size) >= cfg["pool"])
 
     def forward(self, x, out: torch.Tensor | None = None):
         """x: (N, C_in, D, H, W) float32 CUDA -> (N, C_out, D'//P, H'//P, W'//P); ``out`` optionally receives it."""

@@ -303,6 +303,34 @@ def test_fastest_without_gpu_returns_the_default_unmeasured():
     assert helpers.time_auto_choice(None, None, None, ("v3", "v1")) is None
 
 
+def test_auto_path_untimed_cases_keep_the_default_and_run_nothing():
+    ran = []
+    candidates = {"v3": lambda: ran.append("v3"), "v1": lambda: ran.append("v1")}
+    over = helpers.auto_path(("cpu auto_path", 1), candidates, conv_bytes=3 * 2**20 + 1, cap_bytes=3 * 2**20)
+    assert over == "v3 (auto: v1's conv output would take 3.0 MiB, over 3 MiB: not measured)"
+    none = helpers.auto_path(("cpu auto_path", 2), candidates, conv_bytes=0, cap_bytes=3 * 2**20, measurable=False)
+    assert none == "v3 (auto: nothing to measure)"
+    assert ran == [] and not any(key[0] == "cpu auto_path" for key in helpers._FASTEST if isinstance(key, tuple))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_auto_path_without_gpu_says_it_did_not_measure():
+    ran = []
+    path = helpers.auto_path(("cpu auto_path", 3), {"v3": lambda: ran.append("v3"), "v2": lambda: ran.append("v2")},
+                             conv_bytes=1024, cap_bytes=2**20)
+    assert path.startswith("v3 (auto: not measured: no GPU") and ran == []
+
+
+def test_check_kernelbench_allclose_names_every_wrong_output():
+    reference = torch.linspace(-1, 1, 12).reshape(3, 4)
+    helpers.check_kernelbench_allclose({"same": reference.clone(), "close": reference + 0.009}, reference, "here")
+    nan = reference.clone()
+    nan[1, 2] = float("nan")
+    outputs = {"ok": reference + 0.005, "off": reference + 0.03, "shape": reference.reshape(4, 3), "nan": nan}
+    with pytest.raises(helpers.ParityError, match=r"^batch 4: \['off', 'shape', 'nan'\] differ from eager beyond"):
+        helpers.check_kernelbench_allclose(outputs, reference, "batch 4", "eager")
+
+
 def test_auto_choice_summary_counts_and_sums():
     table = pd.DataFrame({"mode": ["fp32", "TF32", "fp32", "TF32"], "auto chose": ["v1", "v3", "v3", "v3"],
                           "v3 us": [30.0, 20.0, 10.0, 8.0], "v1 us": [15.0, 25.0, 12.0, 7.0]})
