@@ -62,6 +62,11 @@
 //   into the pool's start value. When a warp's 32 rows are one W line (tile W 32, unit step), its A
 //   loads and output stores take immediate offsets (window_gemm<LINE>, store_tile<LINE_OUT>). The
 //   epilogue applies f as u * (u >= 0 ? c_pos : c_neg) with two per-channel constants.
+//   Small tiles (at most 128 or 256 positions, where the input box crowds a tile down: stride 1, or a
+//   small problem) would leave 3 or 2 of the 4 warpgroups idle. In the kernel that loads A into
+//   registers those take the same rows and a share of the window offsets instead (Params::window_split):
+//   warpgroup set k computes window offsets k, k + split, ..., and the partial maxima meet through shared
+//   memory (an exact max: the outputs are the same bits as one set walking every offset).
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
 //   ~60 bytes on sm_90a. That kernel keeps its set-up and pooling code inline: written as the helpers the
 //   A-from-shared-memory kernel calls (stage_channel_tables, pool_window, ...), ptxas allocated its registers
@@ -100,13 +105,15 @@
 //   ext.unsupported_reason(in_size, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
 //                          allow_tf32=False) -> "" when the fused path applies, else the reason
 //   ext.forward(x, weight, bias, m, stride, padding, output_padding, pool, slope, allow_tf32, out,
-//               channels_per_block=0, smem_a=True, share_a=True) -> out
+//               channels_per_block=0, smem_a=True, share_a=True, split_windows=True) -> out
 //       (channels per CTA: 8, 16, 32, or 0 to pick from C_out; smem_a=False keeps the TF32 mode on the
 //       kernel that loads A into registers, share_a=False on the kernel that reads A from shared memory per
-//       window offset, and the fp32-accurate mode on the kernel that loads A into registers, for comparison)
+//       window offset, and the fp32-accurate mode on the kernel that loads A into registers, for comparison;
+//       split_windows=False keeps a small tile's window offsets on one warpgroup set)
 //   ext.describe_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool, device,
-//                     allow_tf32=False, channels_per_block=0, smem_a=True, share_a=True)
-//       -> {'problem', 'wgmma', 'kernel', 'tile', 'channels_per_block', 'channel_group', 'smem_bytes', 'tiles'}
+//                     allow_tf32=False, channels_per_block=0, smem_a=True, share_a=True, split_windows=True)
+//       -> {'problem', 'wgmma', 'kernel', 'tile', 'channels_per_block', 'channel_group', 'smem_bytes', 'tiles',
+//           'window_split'}
 
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -193,6 +200,8 @@ struct Params {
     int tap_entries;   // taps over all window offsets (x channel groups: the length of the CTA's tap list)
     int empty_windows; // 1 when some window offsets have no taps (kernel < stride): y = bias there
     int num_tiles;     // N * tiles[0] * tiles[1] * tiles[2] (< 2^31, checked)
+    int window_split;  // 1, 2 or 4: warpgroups that share a tile's rows, each taking every window_split-th window
+                       // offset (the A-in-registers kernel, where a small tile leaves warpgroups idle)
     float slope;
 };
 
@@ -933,6 +942,14 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     const int step_d = p.pool / p.stride[0], step_h = p.pool / p.stride[1], step_w = p.pool / p.stride[2];
     const bool line_rows = p.tile[2] == kRowsPerWarp && step_w == 1;  // see window_gemm
+    // Window split (tiles of at most 128 or 256 rows): the warpgroups that would sit idle take the same rows
+    // and a share of the window offsets, r = phase, phase + split, ...; the partial maxima meet in shared
+    // memory after the GEMMs (an exact max, so the outputs are those of one warpgroup walking every offset).
+    const int split = p.window_split;
+    const int row_warps = kWarps / split;    // warps per row set (a multiple of 4: whole warpgroups)
+    const int row_warp = warp % row_warps;   // this warp's rows are row_warp * 32 .. + 31
+    const int phase = warp / row_warps;      // uniform per warpgroup
+    const int warps_with_rows = (p.rows + kRowsPerWarp - 1) / kRowsPerWarp;  // <= row_warps
 
     for (int buf = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
         const int next = tile + static_cast<int>(gridDim.x);
@@ -942,14 +959,17 @@ convtranspose_leaky_pool_kernel(const Params p) {
         __syncthreads();     // ... and everyone's (the first pass: the weights too)
         const TileOrigin o = locate_tile(p, tile);
         const float* box = x_s + buf * box_floats;
-        // A small tile leaves whole warpgroups idle (uniform per warpgroup, as wgmma needs); rows past
-        // the tile in a busy warpgroup compute on box position 0 and are not stored.
-        if ((warp / 4) * 4 * kRowsPerWarp < p.rows) {
+        // A small tile leaves whole warpgroups without rows (uniform per warpgroup, as wgmma needs) unless
+        // the window split gives them some; rows past the tile in a busy warpgroup compute on box position 0
+        // and are not stored.
+        const bool busy = (row_warp / 4) * 4 * kRowsPerWarp < p.rows;
+        float best[2][NT][4];  // this warp's pool over its window offsets
+        if (busy) {
             // This thread's four rows (pooled positions): g, g + 8, g + 16, g + 24 of the warp's 32.
             int row_base[4];  // offset of the row's (p * step) in the input box (floats)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int r = warp * kRowsPerWarp + g + 8 * i;
+                const int r = row_warp * kRowsPerWarp + g + 8 * i;
                 const int rw = r & (p.tile[2] - 1), rh = (r >> p.tile_log2[2]) & (p.tile[1] - 1),
                       rd = r >> (p.tile_log2[2] + p.tile_log2[1]);
                 row_base[i] =
@@ -957,8 +977,8 @@ convtranspose_leaky_pool_kernel(const Params p) {
             }
 
             // The pool's start: -inf, or, when some window offsets have no taps (kernel < stride), what
-            // they contribute: y = bias, i.e. acc = 0 (pool-first) or f(bias).
-            float best[2][NT][4];
+            // they contribute: y = bias, i.e. acc = 0 (pool-first) or f(bias). (Every phase starts there: a
+            // max is unchanged by a value counted twice.)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -976,7 +996,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
             // One implicit GEMM per window offset (= stride phase) with taps, pooled into `best` as it
             // finishes.
-            for (int r = 0; r < p.windows; ++r) {
+            for (int r = phase; r < p.windows; r += split) {
                 const int first = list_start[r], count = list_start[r + 1] - first;
                 if (count == 0) continue;  // in best's start
                 float acc[2][NT][4];       // written by window_gemm
@@ -1013,7 +1033,37 @@ convtranspose_leaky_pool_kernel(const Params p) {
                         }
                 }
             }
-
+        }
+        if (split > 1) {  // uniform: the phases' partial maxima meet in phase 0's registers
+            // Phases 1.. leave their partial maxima (per phase and warp with rows: 8 NT values x 32 lanes) at the
+            // start of this tile's box, free once every warp's GEMMs are done. The plan keeps them off padded
+            // channels (c >= C_in, zeroed once and never staged again): every float they overwrite is staged anew
+            // with the box's next tile, or is a plane's padding, which nothing reads.
+            float* partial = x_s + buf * box_floats;
+            __syncthreads();
+            if (phase > 0 && row_warp < warps_with_rows) {
+                float* dst = partial + ((phase - 1) * warps_with_rows + row_warp) * 32 * 8 * NT + lane;
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) dst[32 * ((mt * NT + nt) * 4 + j)] = best[mt][nt][j];
+            }
+            __syncthreads();
+            if (phase == 0 && row_warp < warps_with_rows)
+                for (int other = 1; other < split; ++other) {
+                    const float* src = partial + ((other - 1) * warps_with_rows + row_warp) * 32 * 8 * NT + lane;
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int j = 0; j < 4; ++j)
+                                best[mt][nt][j] = nan_max(best[mt][nt][j], src[32 * ((mt * NT + nt) * 4 + j)]);
+                }
+        }
+        if (busy && phase == 0) {
             // f once (pool-first) and store. Per row, its offset in an output channel plane (32-bit: the
             // plan keeps C_out x plane below 2^31) and whether it is inside the output.
             const int plane = p.pooled[0] * p.pooled[1] * p.pooled[2];
@@ -1021,7 +1071,7 @@ convtranspose_leaky_pool_kernel(const Params p) {
             bool row_ok[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int r = warp * kRowsPerWarp + g + 8 * i;
+                const int r = row_warp * kRowsPerWarp + g + 8 * i;
                 const int pw = o.p0[2] + (r & (p.tile[2] - 1)),
                           ph = o.p0[1] + ((r >> p.tile_log2[2]) & (p.tile[1] - 1)),
                           pd = o.p0[0] + (r >> (p.tile_log2[2] + p.tile_log2[1]));
@@ -1804,7 +1854,7 @@ struct Plan {
 Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_out, c10::IntArrayRef kernel,
                c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef output_padding, int64_t pool,
                bool allow_tf32, int device, int64_t channels_per_block = 0, bool smem_a = true,
-               bool share_a = true) {
+               bool share_a = true, bool split_windows = true) {
     Plan plan;
     Params& p = plan.params;
     auto fail = [&](std::string why) { plan.problem = std::move(why); return plan; };
@@ -2002,6 +2052,25 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
         if (chosen.num_tiles > INT32_MAX)
             return fail("the batch is too large for one launch (" + std::to_string(chosen.num_tiles) +
                         " tiles, at most 2^31 - 1)");
+        // Window split (the kernel that loads A into registers): a tile of at most 128 (256) rows keeps 1 (2)
+        // of the 4 warpgroups busy; the others take the same rows and a share of the window offsets, where
+        // there are offsets to share and their partial maxima fit in an input box.
+        Params& q = chosen.params;
+        q.window_split = 1;
+        if (split_windows && !chosen.smem_a && chosen.shift_mask < 0) {
+            const int busy_groups = (q.rows + 4 * kRowsPerWarp - 1) / (4 * kRowsPerWarp);
+            const int warps_with_rows = (q.rows + kRowsPerWarp - 1) / kRowsPerWarp;
+            // The partial maxima go to the start of the box and must not reach a padded channel (the kernel's
+            // comment): the whole box when there is none, else the groups before the last.
+            const int64_t groups = q.ci_padded / (4 * (chosen.quad ? 4 : 2));
+            const int64_t room = (q.in_channels == q.ci_padded ? groups : groups - 1) * q.group_stride;
+            for (int split = (kWarps / 4) / busy_groups; split > 1; split /= 2)
+                if (split <= q.windows &&
+                    static_cast<int64_t>(split - 1) * warps_with_rows * 32 * 8 * chosen.nt <= room) {
+                    q.window_split = split;
+                    break;
+                }
+        }
         return chosen;
     }
     return fail("the weight block, two input boxes and the tap list need " + std::to_string(smallest_smem) +
@@ -2022,9 +2091,10 @@ std::string unsupported_reason(std::vector<int64_t> in_size, int64_t c_in, int64
 py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in, int64_t c_out,
                        std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
                        std::vector<int64_t> output_padding, int64_t pool, int64_t device, bool allow_tf32,
-                       int64_t channels_per_block, bool smem_a, bool share_a) {
+                       int64_t channels_per_block, bool smem_a, bool share_a, bool split_windows) {
     const Plan plan = make_plan(in_size, batch, c_in, c_out, kernel, stride, padding, output_padding, pool,
-                                allow_tf32, static_cast<int>(device), channels_per_block, smem_a, share_a);
+                                allow_tf32, static_cast<int>(device), channels_per_block, smem_a, share_a,
+                                split_windows);
     py::dict d;
     d["problem"] = plan.problem;
     d["wgmma"] = device_limits(static_cast<int>(device)).wgmma;
@@ -2038,6 +2108,7 @@ py::dict describe_plan(std::vector<int64_t> in_size, int64_t batch, int64_t c_in
     d["channel_group"] = plan.quad ? 16 : 8;
     d["smem_bytes"] = plan.smem_bytes;
     d["tiles"] = plan.num_tiles;
+    d["window_split"] = plan.params.window_split;
     return d;
 }
 
@@ -2102,7 +2173,8 @@ void launch(const Plan& plan, bool allow_tf32, cudaStream_t stream, int device) 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                       const torch::Tensor& multiplier, std::vector<int64_t> stride, std::vector<int64_t> padding,
                       std::vector<int64_t> output_padding, int64_t pool, double slope, bool allow_tf32,
-                      const torch::Tensor& out, int64_t channels_per_block, bool smem_a, bool share_a) {
+                      const torch::Tensor& out, int64_t channels_per_block, bool smem_a, bool share_a,
+                      bool split_windows) {
     TORCH_CHECK(x.is_cuda(), "forward: x must be a CUDA tensor, got one on ", x.device().str());
     TORCH_CHECK(x.scalar_type() == torch::kFloat32, "forward: x must be float32, got ",
                 c10::toString(x.scalar_type()));
@@ -2123,7 +2195,8 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
     const int device = x.get_device();
     const c10::cuda::CUDAGuard device_guard(x.device());
     Plan plan = make_plan(x.sizes().slice(2), N, c_in, c_out, weight.sizes().slice(2), stride, padding,
-                          output_padding, pool, allow_tf32, device, channels_per_block, smem_a, share_a);
+                          output_padding, pool, allow_tf32, device, channels_per_block, smem_a, share_a,
+                          split_windows);
     TORCH_CHECK(plan.problem.empty(), "forward: outside the fused envelope: ", plan.problem);
     const Params& p = plan.params;
     TORCH_CHECK(out.dim() == 5 && out.size(0) == N && out.size(1) == c_out && out.size(2) == p.pooled[0] &&
@@ -2163,12 +2236,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "else 3xTF32 (fp32-accurate)",
           py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("multiplier"), py::arg("stride"),
           py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("slope"), py::arg("allow_tf32"),
-          py::arg("out"), py::arg("channels_per_block") = 0, py::arg("smem_a") = true, py::arg("share_a") = true);
+          py::arg("out"), py::arg("channels_per_block") = 0, py::arg("smem_a") = true, py::arg("share_a") = true,
+          py::arg("split_windows") = true);
     m.def("describe_plan", &model_c_v3::describe_plan,
           "the plan forward would run: {'problem': '' or why not, 'kernel', 'tile', 'channels_per_block', "
-          "'channel_group', 'smem_bytes', 'tiles', 'wgmma'}",
+          "'channel_group', 'smem_bytes', 'tiles', 'window_split', 'wgmma'}",
           py::arg("in_size"), py::arg("batch"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel"),
           py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("pool"), py::arg("device"),
           py::arg("allow_tf32") = false, py::arg("channels_per_block") = 0, py::arg("smem_a") = true,
-          py::arg("share_a") = true);
+          py::arg("share_a") = true, py::arg("split_windows") = true);
 }

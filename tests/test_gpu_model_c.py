@@ -399,6 +399,46 @@ def test_v3_channel_blocks_give_identical_results(allow_tf32):
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
+# Small tiles whose idle warpgroups take a share of the window offsets (the plan's window_split), in the mode given:
+# (batch, C_in, C_out, k, stride, padding, output_padding, input D x H x W, slope, allow_tf32, NaN in the input).
+# 2 rows per tile; 16-channel blocks beside padded channels; 32-row tiles, ~50 per CTA (each box reused after its
+# partial maxima); a negative slope (the max of f(y)); window offsets without taps (kernel 1 < stride 2); a NaN.
+@pytest.mark.parametrize("n, c_in, c_out, k, s, pad, out_pad, size, slope, tf32, nan", [
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 0.2, False, False),
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 0.2, True, False),
+    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 0.2, False, False),
+    (32, 10, 20, 4, 1, 0, 0, (27, 15, 18), 0.2, False, False),
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), -0.3, False, False),
+    (1, 16, 6, 1, 2, 0, 1, (3, 3, 3), 0.2, False, False),
+    (1, 16, 6, 1, 2, 0, 1, (3, 3, 3), 0.2, True, False),
+    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 0.2, False, True),
+])
+def test_v3_window_split_gives_the_same_bits(n, c_in, c_out, k, s, pad, out_pad, size, slope, tf32, nan):
+    """Window offsets spread over the idle warpgroups change who computes a max, not its value: the outputs must be
+    bitwise those of one warpgroup set walking every offset (split_windows=False)."""
+    ext = C._load_extension(C.KERNEL_V3)
+    plan = ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, 2, 0, tf32)
+    assert plan["problem"] == "" and plan["window_split"] > 1, plan
+    assert ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, 2, 0, tf32,
+                             split_windows=False)["window_split"] == 1
+    torch.manual_seed(k * 100 + c_in)
+    x = torch.rand(n, c_in, *size, device="cuda")
+    if nan:
+        x[n // 2, c_in // 2, size[0] // 2, 1, 2] = float("nan")
+    w = torch.randn(c_in, c_out, k, k, k, device="cuda") / (c_in * k**3) ** 0.5
+    b, m = torch.randn(c_out, device="cuda"), torch.randn(c_out, device="cuda")
+    m[0], m[1] = 0.0, -abs(float(m[1]))
+    conv = C.conv_output_size(size, {"stride": (s,) * 3, "padding": (pad,) * 3, "kernel": (k,) * 3,
+                                     "output_padding": (out_pad,) * 3})
+    outs = []
+    for split in (True, False):
+        out = torch.full((n, c_out, *(c // 2 for c in conv)), float("nan"), device="cuda")  # poisoned
+        outs.append(ext.forward(x, w, b, m, [s] * 3, [pad] * 3, [out_pad] * 3, 2, slope, tf32, out,
+                                split_windows=split))
+    assert outs[0].isnan().any() == nan and (nan or not outs[1].isnan().any())
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
 def test_extension_checks_name_the_argument():
     ext = C._load_extension()
     y = torch.rand(2, 3, 4, 4, 4, device="cuda")
