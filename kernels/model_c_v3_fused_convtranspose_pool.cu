@@ -68,9 +68,9 @@
 //   warpgroup set k computes window offsets k, k + split, ..., and the partial maxima meet through shared
 //   memory (an exact max: the outputs are the same bits as one set walking every offset).
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
-//   ~60 bytes on sm_90a. That kernel keeps its set-up and pooling code inline: written as the helpers the
-//   A-from-shared-memory kernel calls (stage_channel_tables, pool_window, ...), ptxas allocated its registers
-//   differently and it spilled 90-108 bytes, 2.7 % slower.
+//   40 bytes of stores on sm_90a (60 before the window split). That kernel keeps its set-up and pooling
+//   code inline: written as the helpers the A-from-shared-memory kernel calls (stage_channel_tables,
+//   pool_window, ...), ptxas allocated its registers differently and it spilled 90-108 bytes, 2.7 % slower.
 //
 // Speed (H100 80GB HBM3, KernelBench size): the run of record is results/model_c/timing.csv (notebook 03);
 //   results/model_c/NOTES.md has the measured steps, the dropped ones and what should come next.
