@@ -66,7 +66,9 @@
 //   small problem) would leave 3 or 2 of the 4 warpgroups idle. In the kernel that loads A into
 //   registers those take the same rows and a share of the window offsets instead (Params::window_split):
 //   warpgroup set k computes window offsets k, k + split, ..., and the partial maxima meet through shared
-//   memory (an exact max: the outputs are the same bits as one set walking every offset).
+//   memory (an exact max: the outputs are the same bits as one set walking every offset). The plan splits
+//   where that shortens the busiest set's walk over the taps; the maxima may overwrite padded channels,
+//   whose zeros their writers put back after the merge.
 //   Registers: 128 per thread (the cap for 16 warps); the fp32 kernel with 32-channel blocks spills
 //   40 bytes of stores on sm_90a (60 before the window split). That kernel keeps its set-up and pooling
 //   code inline: written as the helpers the A-from-shared-memory kernel calls (stage_channel_tables,
@@ -501,7 +503,7 @@ __device__ __forceinline__ void stage_input_box(const Params& p, const TileOrigi
 }
 
 // Taps of window offset r = (rd, rh, rw): the product of the per-dimension counts.
-__device__ __forceinline__ int tap_count(const Params& p, int r) {
+__host__ __device__ __forceinline__ int tap_count(const Params& p, int r) {
     const int rd = r / (p.pool * p.pool), rh = (r / p.pool) % p.pool, rw = r % p.pool;
     return (p.tap_start[0][rd + 1] - p.tap_start[0][rd]) * (p.tap_start[1][rh + 1] - p.tap_start[1][rh]) *
            (p.tap_start[2][rw + 1] - p.tap_start[2][rw]);
@@ -746,20 +748,26 @@ __device__ __forceinline__ void stage_weights_box_order(const Params& p, float* 
 #endif
 }
 
-// The padded channels (c >= C_in) of both boxes stay zero for the whole kernel (the staging never writes
-// them): zero them once. They sit in the last channel group.
+// Whether float e of a staged box (stage_input_box's layout) holds a padded channel (c >= C_in). Those sit in
+// the last channel group; the staging never writes them.
+template <int LANES>
+__device__ __forceinline__ bool padded_channel_float(const Params& p, int e) {
+    const int last = (p.ci_padded / (4 * LANES) - 1) * p.group_stride;
+    if (e < last) return false;
+    const int rest = e - last, plane = rest / p.quad_stride;
+    return (p.ci_padded - 4 * LANES) + 4 * ((rest - plane * p.quad_stride) % LANES) + plane >= p.in_channels;
+}
+
+// The padded channels of both boxes stay zero for the whole kernel (the staging never writes them): zero them
+// once.
 template <int LANES, int THREADS = kThreads>
 __device__ __forceinline__ void zero_padded_channels(const Params& p, float* x_s, int box_floats) {
     if (p.in_channels == p.ci_padded) return;
-    const int last = (p.ci_padded / (4 * LANES) - 1) * p.group_stride;
-    for (int e = last + threadIdx.x; e < box_floats; e += THREADS) {
-        const int rest = e - last, plane = rest / p.quad_stride;
-        const int c = (p.ci_padded - 4 * LANES) + 4 * ((rest - plane * p.quad_stride) % LANES) + plane;
-        if (c >= p.in_channels) {
+    for (int e = (p.ci_padded / (4 * LANES) - 1) * p.group_stride + threadIdx.x; e < box_floats; e += THREADS)
+        if (padded_channel_float<LANES>(p, e)) {
             x_s[e] = 0.f;
             x_s[box_floats + e] = 0.f;
         }
-    }
 }
 
 // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative slope,
@@ -910,20 +918,8 @@ convtranspose_leaky_pool_kernel(const Params p) {
 
     // The block's bias and multiplier (kept out of registers), read in the epilogue and, for a negative
     // slope, each time a window offset is pooled.
-    const int groups = p.ci_padded / (4 * kLanes);
-    const int box_floats = groups * p.group_stride;
-    // The padded channels (c >= C_in) of both boxes stay zero for the whole kernel (the staging never
-    // writes them): zero them once. They sit in the last channel group.
-    if (p.in_channels < p.ci_padded) {
-        for (int e = (groups - 1) * p.group_stride + threadIdx.x; e < box_floats; e += kThreads) {
-            const int rest = e - (groups - 1) * p.group_stride, plane = rest / p.quad_stride;
-            const int c = (groups - 1) * 4 * kLanes + 4 * ((rest - plane * p.quad_stride) % kLanes) + plane;
-            if (c >= p.in_channels) {
-                x_s[e] = 0.f;
-                x_s[box_floats + e] = 0.f;
-            }
-        }
-    }
+    const int box_floats = (p.ci_padded / (4 * kLanes)) * p.group_stride;
+    zero_padded_channels<kLanes>(p, x_s, box_floats);
     float* bias_s = x_s + 2 * box_floats;
     float* mult_s = bias_s + kChannels;
     float4* f_s = reinterpret_cast<float4*>(mult_s + kChannels);  // 16-byte aligned: box_floats = 0 mod 32
@@ -950,6 +946,14 @@ convtranspose_leaky_pool_kernel(const Params p) {
     const int row_warp = warp % row_warps;   // this warp's rows are row_warp * 32 .. + 31
     const int phase = warp / row_warps;      // uniform per warpgroup
     const int warps_with_rows = (p.rows + kRowsPerWarp - 1) / kRowsPerWarp;  // <= row_warps
+    // Sets 1.. leave 8 NT partial maxima per lane at partial_at (floats from the box's start, 32 apart).
+    // restore_mask: which of them land on a padded channel, whose zero the set puts back after the merge.
+    static_assert(8 * NT <= 32, "restore_mask holds one bit per partial maximum");
+    const int partial_at = ((phase - 1) * warps_with_rows + row_warp) * 32 * 8 * NT + lane;
+    uint32_t restore_mask = 0u;
+    if (split > 1 && phase > 0 && row_warp < warps_with_rows && p.in_channels < p.ci_padded)
+        for (int i = 0; i < 8 * NT; ++i)
+            if (padded_channel_float<kLanes>(p, partial_at + 32 * i)) restore_mask |= 1u << i;
 
     for (int buf = 0; tile < p.num_tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
         const int next = tile + static_cast<int>(gridDim.x);
@@ -1036,13 +1040,13 @@ convtranspose_leaky_pool_kernel(const Params p) {
         }
         if (split > 1) {  // uniform: the phases' partial maxima meet in phase 0's registers
             // Phases 1.. leave their partial maxima (per phase and warp with rows: 8 NT values x 32 lanes) at the
-            // start of this tile's box, free once every warp's GEMMs are done. The plan keeps them off padded
-            // channels (c >= C_in, zeroed once and never staged again): every float they overwrite is staged anew
-            // with the box's next tile, or is a plane's padding, which nothing reads.
+            // start of this tile's box, free once every warp's GEMMs are done. Every float they overwrite is
+            // staged anew with the box's next tile, or is a plane's padding, which nothing reads, or is a padded
+            // channel (c >= C_in: zeroed once, never staged), whose zero its writer puts back after the merge.
             float* partial = x_s + buf * box_floats;
             __syncthreads();
             if (phase > 0 && row_warp < warps_with_rows) {
-                float* dst = partial + ((phase - 1) * warps_with_rows + row_warp) * 32 * 8 * NT + lane;
+                float* dst = partial + partial_at;
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -1090,6 +1094,14 @@ convtranspose_leaky_pool_kernel(const Params p) {
                 store_tile<NT, false, false>(p, best, out_tile, in_plane, row_ok, f_s, co0, t, plane);
         }
         __syncthreads();  // every read of this box is done before the next iteration refills it
+        // The padded channels this set's partial maxima overwrote get their zeros back. The next iteration's
+        // staging writes other floats of this box, and its next reader (two tiles on) comes after two barriers.
+        if (restore_mask) {
+            float* dst = x_s + buf * box_floats + partial_at;
+#pragma unroll
+            for (int i = 0; i < 8 * NT; ++i)
+                if (restore_mask >> i & 1u) dst[32 * i] = 0.f;
+        }
     }
 }
 
@@ -2053,23 +2065,33 @@ Plan make_plan(c10::IntArrayRef in_size, int64_t batch, int64_t c_in, int64_t c_
             return fail("the batch is too large for one launch (" + std::to_string(chosen.num_tiles) +
                         " tiles, at most 2^31 - 1)");
         // Window split (the kernel that loads A into registers): a tile of at most 128 (256) rows keeps 1 (2)
-        // of the 4 warpgroups busy; the others take the same rows and a share of the window offsets, where
-        // there are offsets to share and their partial maxima fit in an input box.
+        // of the 4 warpgroups busy; the others take the same rows and a share of the window offsets (set k:
+        // offsets k, k + split, ...). The smallest split whose busiest set walks the fewest taps, among those
+        // that shorten that walk at all (offsets without taps, kernel < stride, may leave nothing to share)
+        // and whose partial maxima fit in one input box.
         Params& q = chosen.params;
         q.window_split = 1;
         if (split_windows && !chosen.smem_a && chosen.shift_mask < 0) {
             const int busy_groups = (q.rows + 4 * kRowsPerWarp - 1) / (4 * kRowsPerWarp);
             const int warps_with_rows = (q.rows + kRowsPerWarp - 1) / kRowsPerWarp;
-            // The partial maxima go to the start of the box and must not reach a padded channel (the kernel's
-            // comment): the whole box when there is none, else the groups before the last.
-            const int64_t groups = q.ci_padded / (4 * (chosen.quad ? 4 : 2));
-            const int64_t room = (q.in_channels == q.ci_padded ? groups : groups - 1) * q.group_stride;
-            for (int split = (kWarps / 4) / busy_groups; split > 1; split /= 2)
-                if (split <= q.windows &&
-                    static_cast<int64_t>(split - 1) * warps_with_rows * 32 * 8 * chosen.nt <= room) {
-                    q.window_split = split;
-                    break;
+            const int64_t box_floats = static_cast<int64_t>(q.ci_padded / (4 * (chosen.quad ? 4 : 2))) * q.group_stride;
+            auto busiest_set_taps = [&](int split) {
+                int most = 0;
+                for (int set = 0; set < split; ++set) {
+                    int taps = 0;
+                    for (int r = set; r < q.windows; r += split) taps += tap_count(q, r);
+                    most = std::max(most, taps);
                 }
+                return most;
+            };
+            int fewest = busiest_set_taps(1);
+            for (int split = 2; split <= (kWarps / 4) / busy_groups; split *= 2) {
+                const int taps = busiest_set_taps(split);
+                if (taps < fewest && static_cast<int64_t>(split - 1) * warps_with_rows * 32 * 8 * chosen.nt <= box_floats) {
+                    q.window_split = split;
+                    fewest = taps;
+                }
+            }
         }
         return chosen;
     }

@@ -400,26 +400,32 @@ def test_v3_channel_blocks_give_identical_results(allow_tf32):
 
 
 # Small tiles whose idle warpgroups take a share of the window offsets (the plan's window_split), in the mode given:
-# (batch, C_in, C_out, k, stride, padding, output_padding, input D x H x W, slope, allow_tf32, NaN in the input).
+# (batch, C_in, C_out, k, stride, padding, output_padding, input D x H x W, pool, slope, allow_tf32, NaN in the input).
 # 2 rows per tile; 16-channel blocks beside padded channels; 32-row tiles, ~50 per CTA (each box reused after its
-# partial maxima); a negative slope (the max of f(y)); window offsets without taps (kernel 1 < stride 2); a NaN.
-@pytest.mark.parametrize("n, c_in, c_out, k, s, pad, out_pad, size, slope, tf32, nan", [
-    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 0.2, False, False),
-    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 0.2, True, False),
-    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 0.2, False, False),
-    (32, 10, 20, 4, 1, 0, 0, (27, 15, 18), 0.2, False, False),
-    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), -0.3, False, False),
-    (1, 16, 6, 1, 2, 0, 1, (3, 3, 3), 0.2, False, False),
-    (1, 16, 6, 1, 2, 0, 1, (3, 3, 3), 0.2, True, False),
-    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 0.2, False, True),
+# partial maxima); a negative slope (the max of f(y)); partial maxima over padded channels (a single channel group
+# with some: TF32 C_in 14, 11 and 10, fp32 C_in 5), whose zeros must come back before the box's next tile: with a NaN
+# in the input and boxes reused, a NaN left there would reach other samples; pool 4 at stride 2 with kernel 1, where only 8 of the 64 window
+# offsets have taps (split 4: sets 0 and 2 take them; C_in 40, so that three sets' partial maxima fit in the box).
+@pytest.mark.parametrize("n, c_in, c_out, k, s, pad, out_pad, size, pool, slope, tf32, nan", [
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 2, 0.2, False, False),
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 2, 0.2, True, False),
+    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 2, 0.2, False, False),
+    (32, 10, 20, 4, 1, 0, 0, (27, 15, 18), 2, 0.2, False, False),
+    (1, 32, 24, 4, 1, 3, 0, (6, 5, 7), 2, -0.3, False, False),
+    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 2, 0.2, False, True),
+    (8, 14, 17, 4, 1, 3, 0, (6, 6, 8), 2, 0.2, True, False),
+    (4, 11, 16, 2, 1, 0, 0, (8, 3, 5), 2, 0.2, True, False),
+    (2, 5, 5, 4, 1, 2, 0, (5, 5, 9), 2, 0.2, False, True),
+    (32, 10, 20, 4, 1, 0, 0, (27, 15, 18), 2, 0.2, True, True),
+    (2, 40, 6, 1, 2, 0, 1, (5, 5, 5), 4, 0.2, False, False),
 ])
-def test_v3_window_split_gives_the_same_bits(n, c_in, c_out, k, s, pad, out_pad, size, slope, tf32, nan):
+def test_v3_window_split_gives_the_same_bits(n, c_in, c_out, k, s, pad, out_pad, size, pool, slope, tf32, nan):
     """Window offsets spread over the idle warpgroups change who computes a max, not its value: the outputs must be
     bitwise those of one warpgroup set walking every offset (split_windows=False)."""
     ext = C._load_extension(C.KERNEL_V3)
-    plan = ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, 2, 0, tf32)
+    plan = ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, pool, 0, tf32)
     assert plan["problem"] == "" and plan["window_split"] > 1, plan
-    assert ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, 2, 0, tf32,
+    assert ext.describe_plan(list(size), n, c_in, c_out, [k] * 3, [s] * 3, [pad] * 3, [out_pad] * 3, pool, 0, tf32,
                              split_windows=False)["window_split"] == 1
     torch.manual_seed(k * 100 + c_in)
     x = torch.rand(n, c_in, *size, device="cuda")
@@ -432,11 +438,24 @@ def test_v3_window_split_gives_the_same_bits(n, c_in, c_out, k, s, pad, out_pad,
                                      "output_padding": (out_pad,) * 3})
     outs = []
     for split in (True, False):
-        out = torch.full((n, c_out, *(c // 2 for c in conv)), float("nan"), device="cuda")  # poisoned
-        outs.append(ext.forward(x, w, b, m, [s] * 3, [pad] * 3, [out_pad] * 3, 2, slope, tf32, out,
+        out = torch.full((n, c_out, *(c // pool for c in conv)), float("nan"), device="cuda")  # poisoned
+        outs.append(ext.forward(x, w, b, m, [s] * 3, [pad] * 3, [out_pad] * 3, pool, slope, tf32, out,
                                 split_windows=split))
     assert outs[0].isnan().any() == nan and (nan or not outs[1].isnan().any())
+    if nan:  # the NaN stays in its own sample
+        assert not outs[0][torch.arange(n, device="cuda") != n // 2].isnan().any()
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_v3_window_split_only_where_it_shares_taps(tf32):
+    """Kernel 1 at stride 2 and pool 2: one of the 8 window offsets has taps, so no split shortens the busiest set's
+    walk, and the plan keeps one set (a split there would only add its merge)."""
+    ext = C._load_extension(C.KERNEL_V3)
+    plan = ext.describe_plan([3, 3, 3], 1, 16, 6, [1] * 3, [2] * 3, [0] * 3, [1] * 3, 2, 0, tf32)
+    assert plan["problem"] == "" and plan["window_split"] == 1, plan
+    # the same tile with kernel 2 (every offset has taps) splits
+    assert ext.describe_plan([3, 3, 3], 1, 16, 6, [2] * 3, [2] * 3, [0] * 3, [1] * 3, 2, 0, tf32)["window_split"] > 1
 
 
 def test_extension_checks_name_the_argument():
