@@ -37,6 +37,29 @@ def test_shifted_float64_sums_survive_a_large_offset():
     assert abs(naive32.item() - exact) / exact > 1e-2
 
 
+def test_tf32_error_estimate_matches_its_model_and_picks_the_products():
+    """tf32_error_estimate's closed form against a Monte Carlo of the same model (z standard normal, an error
+    of TF32_Z_ERROR on z), and the switch: the KernelBench window keeps TF32 products, the window the fuzz
+    failed on (seed 97002588) and a narrow one at zero run the fp32-accurate products, lo >= hi is exact."""
+    z = torch.randn(2_000_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    noise = A.TF32_Z_ERROR * torch.randn(z.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for lo, hi in ((-1.0, 1.0), (0.0, 1.0), (-0.0105, 0.0586), (-0.3, 0.3), (0.86, 3.06), (-2.0, -0.1)):
+        clean = z.clamp(lo, hi)
+        simulated = ((z + noise).clamp(lo, hi) - clean).norm() / clean.norm()
+        assert A.tf32_error_estimate(lo, hi) == pytest.approx(simulated.item(), rel=0.05), (lo, hi)
+    assert A.tf32_error_estimate(-1.0, 1.0) < A.TF32_ERROR_BUDGET
+    assert A.tf32_error_estimate(-0.0105, 0.0586) > 2 * A.TF32_ERROR_BUDGET
+    assert A.tf32_error_estimate(0.5, -0.5) == 0.0 and A.tf32_error_estimate(0.2, 0.2) == 0.0
+    init = list(A.get_init_inputs())
+    assert A.ModelNew(*init, allow_tf32=True).tf32_products()
+    assert not A.ModelNew(*init, allow_tf32=False).tf32_products()
+    init[4:6] = [-0.0105, 0.0586]
+    narrow = A.ModelNew(*init, allow_tf32=True)
+    assert not narrow.tf32_products()
+    narrow.clamp_min, narrow.clamp_max = -1.0, 1.0  # read at every forward
+    assert narrow.tf32_products()
+
+
 def test_kernelbench_interface():
     init = A.get_init_inputs()
     assert init == [3, 16, 3, (16, 1, 1, 1), -1.0, 1.0]

@@ -28,6 +28,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_fp16.h>
+#include <array>
 #include <string>
 
 namespace model_a_two_pass {
@@ -446,7 +447,7 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& weight, const
                       torch::Tensor stats, int64_t fast_min_blocks) {
     // stats: N * Do * C_out * 3 floats of scratch; fast_min_blocks: 2 or 3 CTAs per SM that the fast mode's
     // registers are capped for (the fp32 mode always 2)
-    for (const auto* t : {&x, &weight, &multiplier, &out, &stats})
+    for (const torch::Tensor* t : std::array<const torch::Tensor*, 5>{&x, &weight, &multiplier, &out, &stats})
         TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kFloat && t->is_contiguous(),
                     "model_a_two_pass probe: every tensor must be float32, contiguous, on the GPU");
     const c10::cuda::CUDAGuard guard(x.device());
