@@ -37,27 +37,54 @@ def test_shifted_float64_sums_survive_a_large_offset():
     assert abs(naive32.item() - exact) / exact > 1e-2
 
 
-def test_tf32_error_estimate_matches_its_model_and_picks_the_products():
-    """tf32_error_estimate's closed form against a Monte Carlo of the same model (z standard normal, an error
-    of TF32_Z_ERROR on z), and the switch: the KernelBench window keeps TF32 products, the window the fuzz
-    failed on (seed 97002588) and a narrow one at zero run the fp32-accurate products, lo >= hi is exact."""
-    z = torch.randn(2_000_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    noise = A.TF32_Z_ERROR * torch.randn(z.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+def _one_channel_tf32_error(lo: float, hi: float) -> float:
+    """tf32_error_estimate's model for one channel with m = 1, in closed form: TF32_Z_ERROR * sqrt(P(lo < z < hi) /
+    E[clamp(z, lo, hi)^2]), z standard normal (E[z^2; a < z < b] = [cdf(z) - z pdf(z)] from a to b)."""
+    cdf = lambda z: 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))  # noqa: E731
+    pdf = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)  # noqa: E731
+    mean_square = (lo * lo * cdf(lo) + hi * hi * (1.0 - cdf(hi)) + (cdf(hi) - hi * pdf(hi)) - (cdf(lo) - lo * pdf(lo)))
+    return A.TF32_Z_ERROR * math.sqrt((cdf(hi) - cdf(lo)) / mean_square)
+
+
+def test_tf32_error_estimate_matches_its_model():
+    """The Monte Carlo estimate against the closed form for one channel, and against a direct simulation of its model
+    (z_c + an error of TF32_Z_ERROR, clamp, x m, max over channels) for several channels."""
     for lo, hi in ((-1.0, 1.0), (0.0, 1.0), (-0.0105, 0.0586), (-0.3, 0.3), (0.86, 3.06), (-2.0, -0.1)):
-        clean = z.clamp(lo, hi)
-        simulated = ((z + noise).clamp(lo, hi) - clean).norm() / clean.norm()
-        assert A.tf32_error_estimate(lo, hi) == pytest.approx(simulated.item(), rel=0.05), (lo, hi)
-    assert A.tf32_error_estimate(-1.0, 1.0) < A.TF32_ERROR_BUDGET
-    assert A.tf32_error_estimate(-0.0105, 0.0586) > 2 * A.TF32_ERROR_BUDGET
-    assert A.tf32_error_estimate(0.5, -0.5) == 0.0 and A.tf32_error_estimate(0.2, 0.2) == 0.0
+        assert A.tf32_error_estimate(torch.ones(1), lo, hi) == pytest.approx(_one_channel_tf32_error(lo, hi), rel=0.03)
+    generator = torch.Generator().manual_seed(1)
+    for m, lo, hi in (([0.0, -0.7, 1.3], -0.006, 0.83), ([0.0, -1.1, 0.4, 0.9, 2.0], -0.0105, 0.0586),
+                      (torch.randn(16, generator=generator).tolist(), -1.0, 1.0), ([0.0, -0.5], -0.3, 0.5)):
+        m = torch.tensor(m, dtype=torch.float64)
+        z = torch.randn(400_000, len(m), generator=generator, dtype=torch.float64)
+        noise = A.TF32_Z_ERROR * torch.randn(z.shape, generator=generator, dtype=torch.float64)
+        clean = (m * z.clamp(lo, hi)).max(dim=1).values
+        noisy = (m * (z + noise).clamp(lo, hi)).max(dim=1).values
+        simulated = ((noisy - clean).norm() / clean.norm()).item()
+        assert A.tf32_error_estimate(m, lo, hi) == pytest.approx(simulated, rel=0.1), (m, lo, hi)
+    assert A.tf32_error_estimate(torch.ones(3), 0.5, -0.5) == 0.0  # lo > hi: a constant output
+    assert A.tf32_error_estimate(torch.tensor([0.0, -1.0]), 0.0, 1.0) == 0.0  # max(0, -clamp(z, 0, 1)) = 0
+
+
+def test_tf32_products_switch_on_the_multipliers_and_bounds():
+    """allow_tf32 keeps TF32 products at the KernelBench window with 16 channels; a narrow window near 0, or a bound
+    near 0 with three channels, one multiplier 0 and the others negative (the outputs then sit near that bound), runs
+    the fp32-accurate ones.
+    The answer follows in-place changes to the multipliers and the bounds."""
+    torch.manual_seed(0)
     init = list(A.get_init_inputs())
-    assert A.ModelNew(*init, allow_tf32=True).tf32_products()
-    assert not A.ModelNew(*init, allow_tf32=False).tf32_products()
-    init[4:6] = [-0.0105, 0.0586]
-    narrow = A.ModelNew(*init, allow_tf32=True)
-    assert not narrow.tf32_products()
-    narrow.clamp_min, narrow.clamp_max = -1.0, 1.0  # read at every forward
-    assert narrow.tf32_products()
+    fused = A.ModelNew(*init, allow_tf32=True)
+    assert fused.tf32_products() and not A.ModelNew(*init, allow_tf32=False).tf32_products()
+    fused.clamp_min, fused.clamp_max = -0.0105, 0.0586
+    assert not fused.tf32_products()
+    fused.clamp_min, fused.clamp_max = -1.0, 1.0
+    assert fused.tf32_products()
+    three = A.ModelNew(4, 3, 5, (3, 1, 1, 1), -0.006, 0.83, allow_tf32=True)
+    with torch.no_grad():
+        three.multiplier.copy_(torch.tensor([1.0, 1.2, 0.8]).reshape(3, 1, 1, 1))
+    assert three.tf32_products()
+    with torch.no_grad():
+        three.multiplier.copy_(torch.tensor([0.0, -0.7, -1.3]).reshape(3, 1, 1, 1))
+    assert not three.tf32_products()
 
 
 def test_kernelbench_interface():
