@@ -360,6 +360,29 @@ def randomize_parameters(model: torch.nn.Module, seed: int) -> None:
             flat[1] = -flat[1].abs()
 
 
+def tf32_products_allowed(memo: dict, parameters: Sequence[torch.Tensor], settings: tuple,
+                          estimate: Callable[[], float], budget: float) -> bool:
+    """Whether a forward asked for TF32 products may use them: ``estimate()`` (the output's estimated relative-L2
+    error with TF32 products, from the parameters and settings) is at most ``budget``; else the fp32-accurate
+    products run.
+
+    ``memo`` is the module's own dict: the answer is remembered for the current parameters (their storage and
+    version counters, so an in-place update or a new tensor counts as new) and settings, so the estimate and its
+    device-to-host copy run once per change, not per forward. While ``torch.compile`` traces, nothing is read: the
+    remembered answer, or False (fp32-accurate) where there is none. While a CUDA graph is captured, a change not yet
+    estimated also gives False (nothing may be copied to the host during a capture).
+    """
+    if torch.compiler.is_compiling():
+        return bool(memo) and next(iter(memo.values()))
+    key = (settings, tuple((p.data_ptr(), p._version, p.device) for p in parameters))
+    if key not in memo:
+        if any(p.is_cuda for p in parameters) and torch.cuda.is_current_stream_capturing():
+            return False
+        memo.clear()  # one entry: the current parameters and settings
+        memo[key] = estimate() <= budget
+    return memo[key]
+
+
 @contextlib.contextmanager
 def strict_fp32():
     """TF32 off for cuDNN and cuBLAS inside the block (PARITY.md's yardstick), restored after."""

@@ -248,28 +248,17 @@ class ModelNew(nn.Module):
     def tf32_products(self) -> bool:
         """Whether the forward uses TF32 products: ``allow_tf32``, unless ``tf32_error_estimate`` of the
         multipliers and clamp bounds exceeds ``TF32_ERROR_BUDGET`` (then the fp32-accurate products run).
+        Remembered per multiplier version and bounds (``helpers.tf32_products_allowed``: one device-to-host copy
+        per change; nothing read under CUDA graph capture or a ``torch.compile`` trace)."""
+        return self.allow_tf32 and helpers.tf32_products_allowed(
+            self._tf32_choice, (self.multiplier,), (self.clamp_min, self.clamp_max),
+            lambda: tf32_error_estimate(self.multiplier, self.clamp_min, self.clamp_max), TF32_ERROR_BUDGET)
 
-        The estimate reads the multipliers (a device-to-host copy) once per multiplier version and bounds, and is
-        remembered. While a CUDA graph is captured or ``torch.compile`` traces, nothing is read: the answer
-        remembered (under capture: for the current multipliers), or where there is none the fp32-accurate products."""
-        if not self.allow_tf32:
-            return False
-        if torch.compiler.is_compiling():  # nothing read while tracing
-            return bool(self._tf32_choice) and next(iter(self._tf32_choice.values()))
-        m = self.multiplier
-        key = (self.clamp_min, self.clamp_max, m.data_ptr(), m._version, m.device)
-        if key not in self._tf32_choice:
-            if m.is_cuda and torch.cuda.is_current_stream_capturing():
-                return False
-            self._tf32_choice.clear()  # one entry: the current multipliers and bounds
-            self._tf32_choice[key] = (tf32_error_estimate(m, self.clamp_min, self.clamp_max)
-                                      <= TF32_ERROR_BUDGET)
-        return self._tf32_choice[key]
-
-    def path(self, x: torch.Tensor) -> str:
+    def path(self, x: torch.Tensor, tf32: bool | None = None) -> str:
         """Which forward runs for input ``x``, and why: "v1"; "v3"; "v1 (v3 unsupported: <reason>)";
         under ``variant="auto"``, "v3 (auto: ...)" or "v1 (auto: ...)" with the measured times.
-        The first two characters name the path. Under "auto" the first call for a shape times both."""
+        The first two characters name the path. Under "auto" the first call for a shape times both.
+        ``tf32``: the forward's ``tf32_products()`` where the caller has it already."""
         if self.variant == "v1":
             return "v1"
         if not x.is_cuda:
@@ -277,18 +266,20 @@ class ModelNew(nn.Module):
         reason = v3_unsupported_reason(x.shape, self.conv, x.device.index)
         if reason:
             return f"v1 (v3 unsupported: {reason})"
-        return "v3" if self.variant == "v3" else self._auto_path(x)
+        if self.variant == "v3":
+            return "v3"
+        return self._auto_path(x, self.tf32_products() if tf32 is None else tf32)
 
-    def _auto_path(self, x: torch.Tensor) -> str:
+    def _auto_path(self, x: torch.Tensor, tf32: bool) -> str:
         k = self.conv.kernel_size[0]
         outputs = x.shape[0] * (x.shape[2] - k + 1) * (x.shape[3] - k + 1) * (x.shape[4] - k + 1)
-        key = ("model A", tuple(x.shape), self.conv.out_channels, k, self.tf32_products(), x.device.index)
+        key = ("model A", tuple(x.shape), self.conv.out_channels, k, tf32, x.device.index)
         @functools.cache  # detached once, and only when a key is first measured
         def tensors():
             return x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
 
-        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None),
-                                       "v1": lambda: self._forward_v1(*tensors(), None)},
+        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None, tf32),
+                                       "v1": lambda: self._forward_v1(*tensors(), None, tf32)},
                                  conv_bytes=4 * outputs * self.conv.out_channels, cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
                                  # no sample, or one element per channel, which forward refuses
                                  measurable=outputs > x.shape[0])
@@ -302,17 +293,18 @@ class ModelNew(nn.Module):
                             device=self.conv.weight.device)
         if self.conv.padding_mode != "zeros":
             raise ValueError(f"ModelNew: conv padding_mode must be 'zeros', got {self.conv.padding_mode!r}")
-        fused = self._forward_v3 if self.path(x)[:2] == "v3" else self._forward_v1
+        tf32 = self.tf32_products()  # once per forward: the fused path, auto's key and the backward's recompute
+        fused = self._forward_v3 if self.path(x, tf32)[:2] == "v3" else self._forward_v1
         bounds = (self.clamp_min, self.clamp_max, float(self.instance_norm.eps))  # as this forward ran
         return helpers.recomputed_backward(
-            lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out),
+            lambda x, weight, bias, multiplier: fused(x, weight, multiplier, out, tf32),
             lambda x, weight, bias, multiplier: unfused_reference(x, weight, bias, multiplier, *bounds),
-            (x.contiguous(), self.conv.weight, self.conv.bias, self.multiplier), allow_tf32=self.tf32_products())
+            (x.contiguous(), self.conv.weight, self.conv.bias, self.multiplier), allow_tf32=tf32)
 
-    def _forward_v1(self, x, weight, multiplier, out):
+    def _forward_v1(self, x, weight, multiplier, out, tf32: bool):
         # A contiguous input gives cuDNN's NCDHW output; channels-last inputs would give a
         # channels-last conv output, and making that contiguous would copy the largest tensor.
-        with helpers.cudnn_tf32(self.tf32_products()):
+        with helpers.cudnn_tf32(tf32):
             # No bias: InstanceNorm removes any per-channel constant, so the bias cannot change
             # the output, and cuDNN would add it in a separate pass over the conv output.
             y = F.conv3d(x, weight, None, self.conv.stride, self.conv.padding, self.conv.dilation, self.conv.groups)
@@ -325,7 +317,7 @@ class ModelNew(nn.Module):
         return _load_extension().fused_tail(y, multiplier.detach(), self.clamp_min, self.clamp_max,
                                             float(self.instance_norm.eps), out)
 
-    def _forward_v3(self, x, weight, multiplier, out):
+    def _forward_v3(self, x, weight, multiplier, out, tf32: bool):
         k = self.conv.kernel_size[0]
         out_size = [s - k + 1 for s in x.shape[2:]]
         if out_size[0] * out_size[1] * out_size[2] == 1:
@@ -334,5 +326,4 @@ class ModelNew(nn.Module):
         if out is None:
             out = torch.empty((x.shape[0], *out_size), device=x.device, dtype=x.dtype)
         return _load_extension(KERNEL_V3).forward(x, weight.detach(), multiplier.detach(), self.clamp_min,
-                                                  self.clamp_max, float(self.instance_norm.eps), self.tf32_products(),
-                                                  out)
+                                                  self.clamp_max, float(self.instance_norm.eps), tf32, out)

@@ -111,3 +111,62 @@ def test_model_new_backward_recomputes_the_reference(seed):
     grad_out = torch.randn(want.shape, generator=g, dtype=torch.float64)
     torch.testing.assert_close(torch.autograd.grad(got, params, grad_out, retain_graph=True),
                                torch.autograd.grad(want, params, grad_out), atol=1e-10, rtol=1e-10)
+
+
+def _simulated_tf32_error(gamma, beta, scale, values_per_window: int, lo: float, hi: float, draws: int = 200_000):
+    """tf32_error_estimate's model simulated directly: per channel, windows of iid standard normal z plus an error of
+    TF32_Z_ERROR, v = scale (gamma z + beta), max-pooled, clamped; the output's relative L2 error."""
+    generator = torch.Generator().manual_seed(3)
+    z = torch.randn(draws, len(gamma), values_per_window, generator=generator, dtype=torch.float64)
+    noise = B.TF32_Z_ERROR * torch.randn(z.shape, generator=generator, dtype=torch.float64)
+    g, b, s = (torch.tensor(t, dtype=torch.float64)[:, None] for t in (gamma, beta, scale))
+    clean = (s * (g * z + b)).amax(dim=2).clamp(lo, hi)
+    noisy = (s * (g * (z + noise) + b)).amax(dim=2).clamp(lo, hi)
+    return ((noisy - clean).norm() / clean.norm()).item()
+
+
+def test_tf32_error_estimate_matches_its_model():
+    """The Monte Carlo estimate against a direct simulation of its model: pool 1 (one value per window), and pools 2
+    and 4, where the estimate is the larger of the one-value and pool^2-value windows. Negative and zero gamma and
+    scale, clamp bounds near 0 and of either sign."""
+    cases = [([1.0], [0.0], [1.0], 1, -1.0, 1.0), ([1.0, -0.5, 2.0], [0.3, 0.0, -1.0], [1.0, 1.0, -0.7], 1, -0.3, 0.5),
+             ([1.0, 0.0, -1.2], [0.0, 0.5, 0.2], [0.8, 1.0, 1.1], 2, -0.35, 0.006),
+             ([0.7, 1.5], [-0.2, 0.4], [1.0, -1.0], 4, -1.33, 0.087), ([1.0] * 4, [0.0] * 4, [1.0] * 4, 4, 0.0, 1.0)]
+    for gamma, beta, scale, pool, lo, hi in cases:
+        simulated = max(_simulated_tf32_error(gamma, beta, scale, n, lo, hi) for n in {1, pool * pool})
+        estimate = B.tf32_error_estimate(*(torch.tensor(t) for t in (gamma, beta, scale)), pool, lo, hi)
+        assert estimate == pytest.approx(simulated, rel=0.1), (gamma, beta, scale, pool, lo, hi)
+    ones = torch.ones(3)
+    assert B.tf32_error_estimate(ones, ones, ones, 2, 0.5, -0.5) == 0.0  # lo > hi: a constant output
+    assert B.tf32_error_estimate(torch.zeros(3), ones, ones, 2, -1.0, 1.0) == 0.0  # gamma 0: v = beta, no error
+
+
+def test_tf32_products_switch_on_the_parameters_and_bounds():
+    """allow_tf32 keeps TF32 products at the KernelBench configuration (default and random parameters); a bound
+    near 0 where most pooled values sit at it (the fuzz's seed 34001668: one channel, pool 4, [-0.35, 0.006]) runs
+    the fp32-accurate ones. The answer follows the bounds and in-place changes to the parameters."""
+    init = list(B.get_init_inputs())
+    fused = B.ModelNew(*init, allow_tf32=True)
+    assert fused.tf32_products() and not B.ModelNew(*init, allow_tf32=False).tf32_products()
+    helpers.randomize_parameters(fused, 0)
+    assert fused.tf32_products()
+    one = B.ModelNew(8, 1, 1, 1, (1, 1, 1), 4, -0.35, 0.006, allow_tf32=True)
+    assert not one.tf32_products()  # gamma 1, beta 0, scale 1: the max of 16 values sits at 0.006
+    with torch.no_grad():
+        one.group_norm.bias.fill_(-3.0)  # now the pooled values sit mostly inside the window
+    assert one.tf32_products()
+    one.clamp_min, one.clamp_max = -0.01, 0.01  # a narrow window near 0: mostly at -0.01 again
+    assert not one.tf32_products()
+
+
+def test_tf32_products_allowed_remembers_per_parameter_version():
+    """helpers.tf32_products_allowed: one estimate per parameter version and settings, a new one after an in-place
+    change or new settings; the memo keeps one entry."""
+    calls, weight, memo = [], torch.ones(3), {}
+    estimate = lambda: calls.append(1) or 1e-3  # noqa: E731
+    assert helpers.tf32_products_allowed(memo, (weight,), (0.0, 1.0), estimate, 2e-3)
+    assert helpers.tf32_products_allowed(memo, (weight,), (0.0, 1.0), estimate, 2e-3) and len(calls) == 1
+    weight.mul_(2.0)
+    assert helpers.tf32_products_allowed(memo, (weight,), (0.0, 1.0), estimate, 2e-3) and len(calls) == 2
+    assert not helpers.tf32_products_allowed(memo, (weight,), (0.0, 0.5), estimate, 5e-4) and len(calls) == 3
+    assert len(memo) == 1

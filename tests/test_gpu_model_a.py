@@ -246,8 +246,11 @@ def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch, m
         helpers.randomize_parameters(model, seed=11)
         fused.load_state_dict(model.state_dict())
         x = torch.rand(2, 3, 7, 9, 11, device="cuda")
+        assert fused.tf32_products() == allow_tf32  # this window and these multipliers keep TF32 products
+        twin = A.ModelNew(*init, allow_tf32=allow_tf32).cuda()  # the same parameters: the same TF32 choice
+        twin.load_state_dict(model.state_dict())
         name = measured_auto_choice(fused, x, ("model A", tuple(x.shape), 8, 3, allow_tf32, x.device.index),
-                                    lambda: A.ModelNew(*init, allow_tf32=allow_tf32).cuda())
+                                    lambda: twin)
         assert name in ("v1", "v3")
         # The forward runs the chosen path, and only that one.
         ran = []

@@ -173,8 +173,11 @@ def test_auto_measures_small_problems_once_and_runs_what_it_chose(monkeypatch, m
         fused = B.ModelNew(*init, allow_tf32=allow_tf32).cuda()
         fused.load_state_dict(model.state_dict())
         x = torch.rand(2, 3, 15, 17, device="cuda")
+        assert fused.tf32_products() == allow_tf32  # this window and these parameters keep TF32 products
         key = ("model B", tuple(x.shape), 8, (3, 3), 4, 2, allow_tf32, True, True, x.device.index)
-        name = measured_auto_choice(fused, x, key, lambda: B.ModelNew(*init, allow_tf32=allow_tf32).cuda())
+        twin = B.ModelNew(*init, allow_tf32=allow_tf32).cuda()  # the same parameters: the same TF32 choice
+        twin.load_state_dict(model.state_dict())
+        name = measured_auto_choice(fused, x, key, lambda: twin)
         assert name in ("v2", "v3")
         ran = []  # the forward runs the chosen variant, and only that one
         for method_name, variant in (("_forward_v3", "v3"), ("_forward_v1_v2", "v2")):
