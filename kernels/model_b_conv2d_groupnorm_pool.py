@@ -48,7 +48,8 @@ error can pass PARITY.md's TF32 bar of 2e-3 (the fuzz: six such configurations, 
 results/model_b/NOTES.md). ``tf32_error_estimate`` predicts it from the GroupNorm affine, the scale, the
 pool and the bounds; where it exceeds ``TF32_ERROR_BUDGET``, ``allow_tf32=True`` runs the fp32-accurate
 products instead (``ModelNew.tf32_products()`` says which). It is a model, not a bound: in a float64
-emulation it caught 10 of 12 misses on fresh draws, and the two it let through were within 1.1x of the bar.
+emulation on TF32 operands (288 draws of each of the six configurations) it caught 15 of 16 misses; the one
+it let through was at 2.00e-3.
 
 Autograd: ``ModelNew`` trains. The kernels compute the forward only; where autograd needs gradients,
 the backward recomputes the unfused forward with PyTorch ops (TF32 as ``tf32_products()`` says) and
@@ -151,10 +152,11 @@ def unfused_reference(x, weight, bias, gamma, beta, scale, groups: int, pool: in
 
 
 # TF32 mode: the error of the normalised conv output with TF32 products, as a fraction of its standard deviation
-# (model A's figure, results/model_a/NOTES.md), and the estimated output error above which the fp32-accurate
-# products run (ModelNew.tf32_products).
+# (model A's figure; a float64 emulation of model B on TF32 operands measured an RMS of 2-6e-4 on ten configurations,
+# so this is an upper value), and the estimated output error above which the fp32-accurate products run
+# (ModelNew.tf32_products; model A's budget too).
 TF32_Z_ERROR = 1e-3
-TF32_ERROR_BUDGET = 1.3e-3  # PARITY.md's TF32 bar is 2e-3
+TF32_ERROR_BUDGET = 1.5e-3  # PARITY.md's TF32 bar is 2e-3
 
 
 def tf32_error_estimate(gamma: torch.Tensor, beta: torch.Tensor, scale: torch.Tensor, pool: int,
@@ -167,10 +169,10 @@ def tf32_error_estimate(gamma: torch.Tensor, beta: torch.Tensor, scale: torch.Te
     max-pool where a_c >= 0, a min-pool where a_c < 0: the same in distribution); out_c = clamp(v_c, lo, hi). To first
     order out_c's error is |a_c| TF32_Z_ERROR where lo < v_c < hi and 0 at a bound, so the estimate is
     TF32_Z_ERROR * sqrt(sum_c E[a_c^2 [lo < v_c < hi]] / sum_c E[out_c^2]), by Monte Carlo (M = ndtri(U^(1/n)),
-    a fixed seed, 1 000 to 4 000 draws shared by the channels; CPU, float64). Neighbouring conv values are correlated, so the
-    pool's effective n lies between 1 and pool^2: the larger of the two estimates is returned. 0 where lo >= hi or
-    every output is a constant. Checked against float64 on TF32-rounded operands
-    (``scripts/probes/model_b_tf32_emulation.py``; results/model_b/NOTES.md, 2026-11-28).
+    a fixed seed, 1 000 to 4 000 draws shared by the channels; CPU, float64). Neighbouring conv values are
+    correlated, so the pool's effective n lies somewhere from 1 to pool^2: the largest estimate over n = 1, 2, 4,
+    ... and pool^2 is returned. 0 where lo >= hi or every output is a constant. Checked against float64 on
+    TF32-rounded operands (``scripts/probes/model_b_tf32_emulation.py``; results/model_b/NOTES.md, 2026-11-28).
     """
     lo, hi = float(clamp_min), float(clamp_max)
     a = (gamma.detach().reshape(-1) * scale.detach().reshape(-1)).to("cpu", torch.float64).abs()
@@ -180,7 +182,8 @@ def tf32_error_estimate(gamma: torch.Tensor, beta: torch.Tensor, scale: torch.Te
     draws = max(1000, min(4000, 2 ** 22 // a.numel()))
     u = torch.rand(draws, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64).clamp_min(1e-300)
     worst = 0.0
-    for n in sorted({1, pool * pool}):
+    windows = {pool * pool} | {2 ** e for e in range(16) if 2 ** e < pool * pool}  # effective values per window
+    for n in sorted(windows):
         v = a * torch.special.ndtri(u ** (1.0 / n)) + b              # (draws, channels)
         inside = ((v > lo) & (v < hi)).to(torch.float64)
         carried = (a * a * inside).mean(dim=0).sum().item()

@@ -127,13 +127,14 @@ def _simulated_tf32_error(gamma, beta, scale, values_per_window: int, lo: float,
 
 def test_tf32_error_estimate_matches_its_model():
     """The Monte Carlo estimate against a direct simulation of its model: pool 1 (one value per window), and pools 2
-    and 4, where the estimate is the larger of the one-value and pool^2-value windows. Negative and zero gamma and
+    and 4, where the estimate is the largest over windows of 1, 2, 4, ... and pool^2 values. Negative and zero gamma and
     scale, clamp bounds near 0 and of either sign."""
     cases = [([1.0], [0.0], [1.0], 1, -1.0, 1.0), ([1.0, -0.5, 2.0], [0.3, 0.0, -1.0], [1.0, 1.0, -0.7], 1, -0.3, 0.5),
              ([1.0, 0.0, -1.2], [0.0, 0.5, 0.2], [0.8, 1.0, 1.1], 2, -0.35, 0.006),
              ([0.7, 1.5], [-0.2, 0.4], [1.0, -1.0], 4, -1.33, 0.087), ([1.0] * 4, [0.0] * 4, [1.0] * 4, 4, 0.0, 1.0)]
     for gamma, beta, scale, pool, lo, hi in cases:
-        simulated = max(_simulated_tf32_error(gamma, beta, scale, n, lo, hi) for n in {1, pool * pool})
+        windows = {pool * pool} | {2 ** e for e in range(16) if 2 ** e < pool * pool}
+        simulated = max(_simulated_tf32_error(gamma, beta, scale, n, lo, hi) for n in windows)
         estimate = B.tf32_error_estimate(*(torch.tensor(t) for t in (gamma, beta, scale)), pool, lo, hi)
         assert estimate == pytest.approx(simulated, rel=0.1), (gamma, beta, scale, pool, lo, hi)
     ones = torch.ones(3)
