@@ -566,6 +566,10 @@ _FORMER_TF32_MISSES = [
      2.77e-3),
     (92001739, "default", [2, 3, 2, 1, (3, 1, 1), 7, -1.3275182787441064, 0.0871806537460722], (3, 2, 19, 124),
      2.21e-3),
+    pytest.param(99702113, "wide", [3, 3, 1, 1, (3, 1, 1), 2, -0.001444565398830644, 1.5432599881527898],
+                 (9, 3, 111, 140), 2.92e-3, marks=pytest.mark.xfail(strict=True, reason=(
+                     "a known miss the estimate does not catch: its model leaves out the offsets between the channels "
+                     "of a group (here 3 channels in one group, k 1); results/model_b/NOTES.md, 2026-11-28"))),
 ]
 
 
