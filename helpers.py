@@ -890,8 +890,10 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
     that variant's: timed as a contender of its own, it ran right after its twin and measured up to
     31 % faster than the same kernel (its code still cached, the likely cause).
 
-    Returns one row per mode: mode, auto chose, ``<variant> us`` (median, µs) for each, ``chosen us``
-    and ``chosen / faster``. Empty where the default variant does not run its own path for ``x``
+    Returns one row per mode: mode, auto chose, ``TF32 products`` (whether the modules of that mode
+    multiply in TF32: False in the fp32-accurate mode; in the TF32 mode the "auto" module's
+    ``tf32_products()`` where it has one, which can switch to the fp32-accurate products), ``<variant> us``
+    (median, µs) for each, ``chosen us`` and ``chosen / faster``. Empty where the default variant does not run its own path for ``x``
     (outside its envelope: nothing to choose). Without a GPU, None.
     """
     if not gpu_available():
@@ -909,7 +911,8 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
             check_kernelbench_allclose({f"{v} ({mode})": module(x) for v, module in modules.items()}, model(x),
                                        "time_auto_choice", "the model")
         contenders.update({f"{v} {mode}": (lambda m=modules[v]: m(x)) for v in variants})
-        rows.append({"mode": mode, "auto chose": chose})
+        products = getattr(modules["auto"], "tf32_products", lambda: tf32)()
+        rows.append({"mode": mode, "auto chose": chose, "TF32 products": bool(tf32 and products)})
     with torch.no_grad():
         us = benchmark(contenders, runs=100, queue_ahead_us=300.0)["median_ms"] * 1e3
     for row in rows:
@@ -923,7 +926,8 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
 def auto_choice_summary(table: pd.DataFrame, variants: Sequence[str]) -> pd.DataFrame:
     """Per mode, from ``time_auto_choice`` rows: how often "auto" chose the other variant and how often that
     one was the faster, the summed times (ms) of each variant always, of the faster each time and of
-    "auto", and how far "auto"'s choice fell behind the faster (worst ratio, count within 1.07)."""
+    "auto", how far "auto"'s choice fell behind the faster (worst ratio, count within 1.07), and where the
+    table has the column, in how many configurations the modules multiplied in TF32."""
     default, other = variants
     columns = {}
     for mode, rows in table.groupby("mode", sort=False):
@@ -936,6 +940,8 @@ def auto_choice_summary(table: pd.DataFrame, variants: Sequence[str]) -> pd.Data
             "sum, the faster each time (ms)": faster.sum() / 1e3, "sum, auto (ms)": rows["chosen us"].sum() / 1e3,
             "auto / the faster, worst": rows["chosen / faster"].max(),
             "auto within 1.07 of the faster": int((rows["chosen / faster"] <= 1.07).sum())})
+        if "TF32 products" in rows:
+            columns[mode]["with TF32 products"] = int(rows["TF32 products"].sum())
     return pd.DataFrame(columns)
 
 

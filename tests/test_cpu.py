@@ -394,6 +394,10 @@ def test_auto_choice_summary_counts_and_sums():
     assert fp32["sum, the faster each time (ms)"] == pytest.approx(0.025) and fp32["auto / the faster, worst"] == 1
     assert tf32["auto chose v1"] == 0 and tf32["v1 the faster"] == 1
     assert tf32["auto / the faster, worst"] == pytest.approx(8 / 7) and tf32["auto within 1.07 of the faster"] == 1
+    assert "with TF32 products" not in summary.index  # the column is counted only where the table has it
+    table["TF32 products"] = [False, True, False, False]  # the second TF32 configuration switched to fp32 products
+    summary = helpers.auto_choice_summary(table, ("v3", "v1"))
+    assert summary["fp32"]["with TF32 products"] == 0 and summary["TF32"]["with TF32 products"] == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")

@@ -552,8 +552,9 @@ def test_repeatable_bits():
             assert torch.equal(module(x), first)
 
 
-# The fuzz's TF32 misses (relative L2 over PARITY.md's 2e-3), each with a clamp bound near 0: (seed, its generator in
-# scripts/fuzz_parity.py, init, input shape, relative L2 the fuzz measured with TF32 products).
+# The fuzz's TF32 misses (relative L2 over PARITY.md's 2e-3, each with a clamp bound near 0; the last one KernelBench's
+# allclose): (seed, its generator in scripts/fuzz_parity.py, init, input shape, relative L2 the fuzz measured with TF32
+# products).
 _FORMER_TF32_MISSES = [
     (34001668, "wide", [8, 1, 1, 1, (1, 1, 1), 4, -0.3485762608457632, 0.006006988686894532], (1, 8, 10, 50),
      2.07e-3),
@@ -570,6 +571,10 @@ _FORMER_TF32_MISSES = [
                  (9, 3, 111, 140), 2.92e-3, marks=pytest.mark.xfail(strict=True, reason=(
                      "a known miss the estimate does not catch: its model leaves out the offsets between the channels "
                      "of a group (here 3 channels in one group, k 1); results/model_b/NOTES.md, 2026-11-28"))),
+    pytest.param(99702281, "wide", [3, 42, 3, 7, (42, 1, 1), 1, -0.8141534263112966, 0.14273795759559016],
+                 (9, 3, 111, 215), 5.86e-4, marks=pytest.mark.xfail(strict=True, reason=(
+                     "a known miss of KernelBench's allclose (atol 1e-2), not of the relative L2: with |gamma scale| "
+                     "up to 7.3 one value's TF32 error reaches 0.011; the estimate models the relative L2 only"))),
 ]
 
 
