@@ -892,9 +892,10 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
 
     Returns one row per mode: mode, auto chose, ``TF32 products`` (whether the modules of that mode
     multiply in TF32: False in the fp32-accurate mode; in the TF32 mode the "auto" module's
-    ``tf32_products()`` where it has one, which can switch to the fp32-accurate products), ``<variant> us``
-    (median, µs) for each, ``chosen us`` and ``chosen / faster``. Empty where the default variant does not run its own path for ``x``
-    (outside its envelope: nothing to choose). Without a GPU, None.
+    ``tf32_products()`` where it has one, which can switch to the fp32-accurate products),
+    ``<variant> us`` (median, µs) for each, ``chosen us`` and ``chosen / faster``. Empty where the
+    default variant does not run its own path for ``x`` (outside its envelope: nothing to choose).
+    Without a GPU, None.
     """
     if not gpu_available():
         print("No CUDA GPU visible: nothing timed (the committed results/ hold the GPU measurements).")
