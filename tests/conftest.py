@@ -22,14 +22,17 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def tf32_products_as_asked(monkeypatch):
-    """``allow_tf32=True`` runs TF32 products in models A and B even where ``tf32_error_estimate`` predicts an error
-    over PARITY.md's TF32 bar (the budget set to infinity), for tests that compare two kernels' TF32 paths: without
-    it a test's clamp window and random parameters could switch both to the fp32-accurate products and the
-    comparison would no longer cover TF32."""
+    """``allow_tf32=True`` runs TF32 products even where a model's rule would run the fp32-accurate ones: models A and
+    B with ``tf32_error_estimate`` over its budget (set to infinity), model C on outputs of fewer than
+    ``TF32_MIN_OUTPUT_VALUES`` values (set to 0). For tests of the TF32 kernels themselves: without it a test's
+    clamp window, random parameters or small output could switch them to the fp32-accurate products and the test
+    would no longer cover TF32."""
     from kernels import model_a_conv3d_instnorm_clamp_max as A
     from kernels import model_b_conv2d_groupnorm_pool as B
+    from kernels import model_c_convtranspose3d_leaky_pool as C
     monkeypatch.setattr(A, "TF32_ERROR_BUDGET", float("inf"))
     monkeypatch.setattr(B, "TF32_ERROR_BUDGET", float("inf"))
+    monkeypatch.setattr(C, "TF32_MIN_OUTPUT_VALUES", 0)
 
 
 @pytest.fixture

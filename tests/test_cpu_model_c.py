@@ -81,3 +81,18 @@ def test_stride_phase_decomposition_matches_conv_transpose_then_pool(seed):
         x, w, stride=stride, padding=padding, output_padding=output_padding), pool)
     got = C.stride_phase_reference(x, w, stride, padding, output_padding, pool)
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_tf32_products_only_on_outputs_of_enough_values():
+    """allow_tf32=True multiplies in TF32 only where the output (N x C_out x pooled positions) holds at least
+    TF32_MIN_OUTPUT_VALUES values; the forward's configuration (kernel, path key, backward) carries that answer."""
+    init = [4, 8, 3, 2, 1, 1, (8, 1, 1, 1)]  # stride 2, output padding 1: a pooled side per input side
+    fused, strict = C.ModelNew(*init, allow_tf32=True), C.ModelNew(*init)
+    assert C.TF32_MIN_OUTPUT_VALUES == 4096
+    for shape, values in [((1, 4, 8, 8, 8), 4096), ((1, 4, 8, 8, 7), 3584), ((2, 4, 4, 8, 8), 4096),
+                          ((3, 4, 1, 1, 1), 24), ((0, 4, 8, 8, 8), 0)]:
+        x = torch.rand(shape)
+        expected = values >= C.TF32_MIN_OUTPUT_VALUES
+        assert fused.tf32_products(x) is expected and fused._config(x)["allow_tf32"] is expected, shape
+        assert strict.tf32_products(x) is False and strict._config(x)["allow_tf32"] is False
+
