@@ -912,7 +912,7 @@ def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], t
             check_kernelbench_allclose({f"{v} ({mode})": module(x) for v, module in modules.items()}, model(x),
                                        "time_auto_choice", "the model")
         contenders.update({f"{v} {mode}": (lambda m=modules[v]: m(x)) for v in variants})
-        products = getattr(modules["auto"], "tf32_products", lambda: tf32)()
+        products = getattr(modules["auto"], "tf32_products", lambda x: tf32)(x)
         rows.append({"mode": mode, "auto chose": chose, "TF32 products": bool(tf32 and products)})
     with torch.no_grad():
         us = benchmark(contenders, runs=100, queue_ahead_us=300.0)["median_ms"] * 1e3

@@ -245,7 +245,7 @@ class ModelNew(nn.Module):
         self.variant = variant
         self._tf32_choice = {}  # tf32_products' remembered answer
 
-    def tf32_products(self) -> bool:
+    def tf32_products(self, x: torch.Tensor | None = None) -> bool:
         """Whether the forward uses TF32 products: ``allow_tf32``, unless ``tf32_error_estimate`` of the
         multipliers and clamp bounds exceeds ``TF32_ERROR_BUDGET`` (then the fp32-accurate products run).
         Remembered per multiplier version and bounds (``helpers.tf32_products_allowed``: one device-to-host copy

@@ -315,7 +315,7 @@ class ModelNew(nn.Module):
         self.by_phase = bool(by_phase)
         self._tf32_choice = {}  # tf32_products' remembered answer
 
-    def tf32_products(self) -> bool:
+    def tf32_products(self, x: torch.Tensor | None = None) -> bool:
         """Whether the forward uses TF32 products: ``allow_tf32``, unless ``tf32_error_estimate`` of the GroupNorm
         weight and bias, the scale, the pool and the clamp bounds exceeds ``TF32_ERROR_BUDGET`` (then the
         fp32-accurate products run). Remembered per parameter version and setting (``helpers.tf32_products_allowed``:
