@@ -15,14 +15,7 @@ import torch
 
 import helpers
 from kernels import model_a_conv3d_instnorm_clamp_max as A
-
-
-def tf32(t: torch.Tensor, truncate: bool = False) -> torch.Tensor:
-    """t as TF32 (10 mantissa bits): rounded to nearest, or truncated; returned in float64."""
-    bits = t.float().view(torch.int32)
-    if not truncate:
-        bits = bits + 0x1000
-    return (bits & ~0x1FFF).view(torch.float32).double()
+from tf32_emulation import tf32_operand_error  # (scripts/probes, this script's folder)
 
 
 CONFIGS = [  # name, init, input shape
@@ -43,13 +36,7 @@ if __name__ == "__main__":
             helpers.randomize_parameters(model, seed)
             torch.manual_seed(seed + 12345)
             x = torch.rand(shape, dtype=torch.float64)
-            with torch.no_grad():
-                truth = model(x)
-                weight = model.conv.weight.data.clone()
-                model.conv.weight.data = tf32(weight)
-                emulated = model(tf32(x, truncate=True))
-                model.conv.weight.data = weight
-            error = ((emulated - truth).norm() / truth.norm()).item() if truth.norm() > 0 else 0.0
+            error, _ = tf32_operand_error(model, model.conv.weight, x, truncate_input=True)
             rows.append((error, A.tf32_error_estimate(model.multiplier, init[4], init[5])))
         misses = [estimate for error, estimate in rows if error > 2e-3]
         print(f"{name}: {len(misses)} of {seeds} seeds miss 2e-3 (worst {max(e for e, _ in rows):.2e}); "

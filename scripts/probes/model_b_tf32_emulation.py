@@ -17,11 +17,7 @@ import torch
 
 import helpers
 from kernels import model_b_conv2d_groupnorm_pool as B
-
-
-def tf32(t: torch.Tensor) -> torch.Tensor:
-    """t rounded to TF32 (10 mantissa bits; to nearest, ties away from zero), returned in float64."""
-    return ((t.float().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32).double()
+from tf32_emulation import tf32_operand_error  # (scripts/probes, this script's folder)
 
 
 CONFIGS = [  # name, init, input shape (the fuzz misses: scripts/fuzz_parity.py's draw for that seed)
@@ -51,13 +47,7 @@ def run(seeds: int, first: int = 0, default_parameters: bool = False) -> None:
                 helpers.randomize_parameters(model, seed)
             torch.manual_seed(seed + 12345)
             x = torch.rand(shape, dtype=torch.float64)
-            with torch.no_grad():
-                truth = model(x)
-                weight = model.conv.weight.data.clone()
-                model.conv.weight.data = tf32(weight)
-                emulated = model(tf32(x))
-                model.conv.weight.data = weight
-            error = ((emulated - truth).norm() / truth.norm()).item() if truth.norm() > 0 else 0.0
+            error, _ = tf32_operand_error(model, model.conv.weight, x)
             gn = model.group_norm
             rows.append((error, B.tf32_error_estimate(gn.weight, gn.bias, model.scale, init[5], init[6], init[7])))
         misses = [estimate for error, estimate in rows if error > 2e-3]

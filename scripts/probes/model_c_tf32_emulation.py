@@ -23,7 +23,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import helpers  # noqa: E402
 import test_gpu_model_c as TC  # noqa: E402  (the generators live beside the tests that use them)
 from kernels import model_c_convtranspose3d_leaky_pool as C  # noqa: E402
-from model_b_tf32_emulation import tf32  # noqa: E402  (the same rounding)
+from tf32_emulation import tf32_operand_error  # noqa: E402  (scripts/probes, this script's folder)
 
 GENERATORS = {
     "default": TC._random_config,
@@ -37,14 +37,8 @@ def emulate(init, shape, seed: int) -> tuple[int, float]:
     helpers.randomize_parameters(model, seed)
     torch.manual_seed(seed + 12345)
     x = torch.rand(shape, dtype=torch.float64)
-    with torch.no_grad():
-        truth = model(x)
-        weight = model.conv_transpose.weight.data.clone()
-        model.conv_transpose.weight.data = tf32(weight)
-        emulated = model(tf32(x))
-        model.conv_transpose.weight.data = weight
-    norm = truth.norm().item()
-    return truth.numel(), ((emulated - truth).norm().item() / norm) if norm > 0 else 0.0
+    error, values = tf32_operand_error(model, model.conv_transpose.weight, x)
+    return values, error
 
 
 def main(generator: str = "default", first: int = 50_000_000, count: int = 2000) -> None:
