@@ -22,9 +22,9 @@ constant cancels exactly (and PyTorch would add it in a separate pass over the c
 ``variant`` picks the path: "v3" runs v3 wherever its envelope allows (v1 elsewhere), "v1" always
 v1, and "auto" (the default) the faster of the two. On small problems v1 can be the faster one, in
 the fp32 mode up to 3.2x on an H100 (results/model_a/NOTES.md, "v3 against v1 on 63 small
-configurations"). So "auto" times both on the first forward of each input shape and mode
-(``helpers.fastest``: about 100 x (0.4 ms + both paths' times), once, L2 flushed) and remembers the choice. It
-measures only where v1's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES``; above
+configurations"). So "auto" times both once per input shape and mode and remembers the choice
+(``helpers.auto_path``). It measures only where v1's conv output would take at most
+``AUTO_MEASURE_MAX_CONV_BYTES``; above
 that it runs v3, which then never allocates the conv output (the KernelBench size: 98.4 MiB), and which
 was the faster on all 8 problems measured above 16 MiB (NOTES, "Above 16 MiB"). ``ModelNew.path(x)`` says which path runs and why.
 

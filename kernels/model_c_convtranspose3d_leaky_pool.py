@@ -34,11 +34,10 @@ Anything else raises a ValueError/TypeError naming the argument.
 ``variant="auto"`` (the default) runs the faster of v3 and v2. On small problems v2 is often the
 faster one: on 30 small random configurations on an H100, in 21 (fp32-accurate mode, by up to 9.5x)
 and 16 (TF32, up to 7.1x) (results/model_c/NOTES.md, "ModelNew's default: the faster of v3 and v2,
-measured"). So "auto" times both on the first forward of each input shape and configuration
-(``helpers.fastest``: about 100 x (0.4 ms + both paths' times), once, L2 flushed) and remembers the choice. It
-measures only where v2's conv output would take at most ``AUTO_MEASURE_MAX_CONV_BYTES`` (128 MiB; the
-first forward of such a shape then takes up to about a second); above that it runs v3, which never
-allocates the conv output, as at the KernelBench size (256 MiB). ``ModelNew.path(x)`` says which variant runs and why.
+measured"). So "auto" times both once per input shape and configuration and remembers the choice
+(``helpers.auto_path``). It measures only where v2's conv output would take at most
+``AUTO_MEASURE_MAX_CONV_BYTES`` (128 MiB); above that it runs v3, which never allocates the conv output, as
+at the KernelBench size (256 MiB). ``ModelNew.path(x)`` says which variant runs and why.
 """
 from __future__ import annotations
 
