@@ -249,7 +249,8 @@ class ModelNew(nn.Module):
         """Whether the forward uses TF32 products: ``allow_tf32``, unless ``tf32_error_estimate`` of the
         multipliers and clamp bounds exceeds ``TF32_ERROR_BUDGET`` (then the fp32-accurate products run).
         Remembered per multiplier version and bounds (``helpers.tf32_products_allowed``: one device-to-host copy
-        per change; nothing read under CUDA graph capture or a ``torch.compile`` trace)."""
+        per change; nothing read under CUDA graph capture or a ``torch.compile`` trace). ``x``, the input, is not
+        used: the three models share the signature, and model C's rule depends on the input's shape."""
         return self.allow_tf32 and helpers.tf32_products_allowed(
             self._tf32_choice, (self.multiplier,), (self.clamp_min, self.clamp_max),
             lambda: tf32_error_estimate(self.multiplier, self.clamp_min, self.clamp_max), TF32_ERROR_BUDGET)

@@ -318,7 +318,8 @@ class ModelNew(nn.Module):
         """Whether the forward uses TF32 products: ``allow_tf32``, unless ``tf32_error_estimate`` of the GroupNorm
         weight and bias, the scale, the pool and the clamp bounds exceeds ``TF32_ERROR_BUDGET`` (then the
         fp32-accurate products run). Remembered per parameter version and setting (``helpers.tf32_products_allowed``:
-        one device-to-host copy per change; nothing read under CUDA graph capture or a ``torch.compile`` trace)."""
+        one device-to-host copy per change; nothing read under CUDA graph capture or a ``torch.compile`` trace).
+        ``x``, the input, is not used: the three models share the signature, and model C's rule depends on it."""
         gn = self.group_norm
         return self.allow_tf32 and helpers.tf32_products_allowed(
             self._tf32_choice, (gn.weight, gn.bias, self.scale), (self.pool, self.clamp_min, self.clamp_max),

@@ -52,7 +52,8 @@ def main(generator: str = "default", first: int = 50_000_000, count: int = 2000)
     table = pd.DataFrame(rows)
     table["miss"] = table.rel_l2 > 2e-3
     bands = pd.cut(table["values"], [0, 64, 256, 1024, C.TF32_MIN_OUTPUT_VALUES, float("inf")], right=False)
-    print(f"{generator} generator, seeds {first}..{first + count - 1}: {int(table.miss.sum())} of {len(table)} over 2e-3")
+    print(f"{generator} generator, seeds {first}..{first + count - 1}: "
+          f"{int(table.miss.sum())} of {len(table)} over 2e-3")
     print(table.groupby(bands, observed=True).agg(configurations=("miss", "size"), misses=("miss", "sum"),
                                                   worst=("rel_l2", "max")).to_string())
     print(table[table.miss].to_string(index=False))
