@@ -15,7 +15,7 @@ import torch
 
 import helpers
 from kernels import model_a_conv3d_instnorm_clamp_max as A
-from tf32_emulation import tf32_operand_error  # (scripts/probes, this script's folder)
+from tf32_emulation import estimate_summary, tf32_operand_error  # (scripts/probes, this script's folder)
 
 
 CONFIGS = [  # name, init, input shape
@@ -38,8 +38,4 @@ if __name__ == "__main__":
             x = torch.rand(shape, dtype=torch.float64)
             error, _ = tf32_operand_error(model, model.conv.weight, x, truncate_input=True)
             rows.append((error, A.tf32_error_estimate(model.multiplier, init[4], init[5])))
-        misses = [estimate for error, estimate in rows if error > 2e-3]
-        print(f"{name}: {len(misses)} of {seeds} seeds miss 2e-3 (worst {max(e for e, _ in rows):.2e}); "
-              f"caught {sum(e > A.TF32_ERROR_BUDGET for e in misses)}; switched "
-              f"{sum(e > A.TF32_ERROR_BUDGET for _, e in rows)}; estimate {min(e for _, e in rows):.2e}-"
-              f"{max(e for _, e in rows):.2e}", flush=True)
+        print(estimate_summary(name, rows, A.TF32_ERROR_BUDGET), flush=True)

@@ -17,7 +17,7 @@ import torch
 
 import helpers
 from kernels import model_b_conv2d_groupnorm_pool as B
-from tf32_emulation import tf32_operand_error  # (scripts/probes, this script's folder)
+from tf32_emulation import estimate_summary, tf32_operand_error  # (scripts/probes, this script's folder)
 
 
 CONFIGS = [  # name, init, input shape (the fuzz misses: scripts/fuzz_parity.py's draw for that seed)
@@ -50,11 +50,7 @@ def run(seeds: int, first: int = 0, default_parameters: bool = False) -> None:
             error, _ = tf32_operand_error(model, model.conv.weight, x)
             gn = model.group_norm
             rows.append((error, B.tf32_error_estimate(gn.weight, gn.bias, model.scale, init[5], init[6], init[7])))
-        misses = [estimate for error, estimate in rows if error > 2e-3]
-        print(f"{name}: {len(misses)} of {seeds} seeds miss 2e-3 (worst {max(e for e, _ in rows):.2e}); "
-              f"caught {sum(e > B.TF32_ERROR_BUDGET for e in misses)}; switched "
-              f"{sum(e > B.TF32_ERROR_BUDGET for _, e in rows)}; estimate {min(e for _, e in rows):.2e}-"
-              f"{max(e for _, e in rows):.2e}", flush=True)
+        print(estimate_summary(name, rows, B.TF32_ERROR_BUDGET), flush=True)
 
 
 if __name__ == "__main__":

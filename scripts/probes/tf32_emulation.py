@@ -29,3 +29,12 @@ def tf32_operand_error(model: torch.nn.Module, weight: torch.nn.Parameter, x: to
             weight.data = saved
     norm = truth.norm()
     return ((emulated - truth).norm() / norm).item() if norm > 0 else 0.0, truth.numel()
+
+
+def estimate_summary(name: str, rows: list[tuple[float, float]], budget: float) -> str:
+    """One line for a configuration's (emulated error, estimate) pairs, one per seed: how many seeds miss
+    PARITY.md's TF32 bar (2e-3), how many of those the estimate catches (> ``budget``), how many it switches."""
+    misses = [estimate for error, estimate in rows if error > 2e-3]
+    return (f"{name}: {len(misses)} of {len(rows)} seeds miss 2e-3 (worst {max(e for e, _ in rows):.2e}); "
+            f"caught {sum(e > budget for e in misses)}; switched {sum(e > budget for _, e in rows)}; "
+            f"estimate {min(e for _, e in rows):.2e}-{max(e for _, e in rows):.2e}")
