@@ -850,33 +850,46 @@ def fastest(key, candidates: Mapping[str, Callable[[], object]]) -> tuple[str, d
     return _FASTEST[key]
 
 
-def auto_path(key, candidates: Mapping[str, Callable[[], object]], *, conv_bytes: int, cap_bytes: int,
-              measurable: bool = True) -> str:
+_AUTO_PATHS: dict = {}  # auto_path's answers: (key, conv_bytes, cap_bytes, measurable) -> (fastest()'s entry, answer)
+
+
+def auto_path(key, candidates: Callable[[], Mapping[str, Callable[[], object]]], *, conv_bytes: int,
+              cap_bytes: int, measurable: bool = True) -> str:
     """Which path a ``ModelNew(variant="auto")`` runs, and why, as the string its ``path(x)`` returns.
 
-    ``candidates`` as for ``fastest``: the fused default first (e.g. "v3"), then the path through
-    PyTorch's conv (e.g. "v1"), each a no-argument callable (build them cheaply: they are called only
-    when a key is first measured). ``conv_bytes`` is what that conv's output would take for this input
-    (bytes). Above ``cap_bytes`` nothing is timed, so that the choice never allocates a tensor that
-    large, and the default runs. ``measurable`` False (no sample, or a shape the forward refuses) also
-    keeps the default untimed. Otherwise ``fastest(key, candidates)`` decides: about 100 x (0.4 ms + both paths'
-    times), L2 flushed, on the first forward of each key (input shape, configuration, mode), which then takes up to
-    about a second near the cap; later forwards look the choice up. The models' docstrings say what they measured.
+    ``candidates()`` returns the mapping ``fastest`` takes: the fused default first (e.g. "v3"), then the path
+    through PyTorch's conv (e.g. "v1"), each a no-argument callable. It is called only when the answer for this key
+    is not known yet, so a forward whose answer is known builds none of them. ``conv_bytes`` is what that conv's
+    output would take for this input (bytes). Above ``cap_bytes`` nothing is timed, so that the choice never
+    allocates a tensor that large, and the default runs. ``measurable`` False (no sample, or a shape the forward
+    refuses) also keeps the default untimed. Otherwise ``fastest(key, candidates())`` decides: about
+    100 x (0.4 ms + both paths' times), L2 flushed, on the first forward of each key (input shape, configuration,
+    mode), which then takes up to about a second near the cap. The answer is remembered (as long as ``fastest``
+    remembers its measurement), so later forwards cost a dictionary lookup. The models' docstrings say what they
+    measured.
 
     Returns "<name> (auto: ...)"; the first two characters name the path, e.g.
     "v3 (auto: measured v3 12.3 us, v1 20.1 us)" or
     "v3 (auto: v1's conv output would take 98.4 MiB, over 16 MiB: not measured)".
     """
+    memo_key = (key, conv_bytes, cap_bytes, measurable)
+    known = _AUTO_PATHS.get(memo_key)
+    if known is not None and (known[0] is None or _FASTEST.get(key) is known[0]):
+        return known[1]
+    candidates = candidates()
     default, other = list(candidates)[:2]
     if conv_bytes > cap_bytes:
-        return (f"{default} (auto: {other}'s conv output would take {conv_bytes / 2**20:.1f} MiB, over "
-                f"{cap_bytes / 2**20:.0f} MiB: not measured)")
-    if not measurable:
-        return f"{default} (auto: nothing to measure)"
-    name, ms = fastest(key, candidates)
-    if not ms:
-        return f"{name} (auto: not measured: no GPU, or a CUDA graph capture or torch.compile trace in progress)"
-    return f"{name} (auto: measured " + ", ".join(f"{n} {1e3 * t:.1f} us" for n, t in ms.items()) + ")"
+        answer = (f"{default} (auto: {other}'s conv output would take {conv_bytes / 2**20:.1f} MiB, over "
+                  f"{cap_bytes / 2**20:.0f} MiB: not measured)")
+    elif not measurable:
+        answer = f"{default} (auto: nothing to measure)"
+    else:
+        name, ms = fastest(key, candidates)
+        if not ms:  # nothing remembered: a later forward measures
+            return f"{name} (auto: not measured: no GPU, or a CUDA graph capture or torch.compile trace in progress)"
+        answer = f"{name} (auto: measured " + ", ".join(f"{n} {1e3 * t:.1f} us" for n, t in ms.items()) + ")"
+    _AUTO_PATHS[memo_key] = (_FASTEST.get(key) if conv_bytes <= cap_bytes and measurable else None, answer)
+    return answer
 
 
 def time_auto_choice(model: torch.nn.Module, make_fused: Callable[[str, bool], torch.nn.Module], x: torch.Tensor,

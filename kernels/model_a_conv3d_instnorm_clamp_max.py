@@ -52,7 +52,6 @@ PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -275,12 +274,11 @@ class ModelNew(nn.Module):
         k = self.conv.kernel_size[0]
         outputs = x.shape[0] * (x.shape[2] - k + 1) * (x.shape[3] - k + 1) * (x.shape[4] - k + 1)
         key = ("model A", tuple(x.shape), self.conv.out_channels, k, tf32, x.device.index)
-        @functools.cache  # detached once, and only when a key is first measured
-        def tensors():
-            return x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
+        def candidates():  # built only while this key's answer is not known
+            t = x.detach().contiguous(), self.conv.weight.detach(), self.multiplier.detach()
+            return {"v3": lambda: self._forward_v3(*t, None, tf32), "v1": lambda: self._forward_v1(*t, None, tf32)}
 
-        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None, tf32),
-                                       "v1": lambda: self._forward_v1(*tensors(), None, tf32)},
+        return helpers.auto_path(key, candidates,
                                  conv_bytes=4 * outputs * self.conv.out_channels, cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
                                  # no sample, or one element per channel, which forward refuses
                                  measurable=outputs > x.shape[0])

@@ -59,7 +59,6 @@ plus PyTorch's backward. Under ``torch.no_grad()`` nothing is saved.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -347,13 +346,12 @@ class ModelNew(nn.Module):
         h, w = x.shape[2] - kh + 1, x.shape[3] - kw + 1
         key = ("model B", tuple(x.shape), self.conv.out_channels, self.conv.kernel_size, self.group_norm.num_groups,
                self.pool, tf32, self.wgmma, self.by_phase, x.device.index)
-        @functools.cache  # detached once, and only when a key is first measured
-        def tensors():
-            return [t.detach() for t in (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight,
-                                         self.group_norm.bias, self.scale)]
+        def candidates():  # built only while this key's answer is not known
+            t = [v.detach() for v in (x.contiguous(), self.conv.weight, self.conv.bias, self.group_norm.weight,
+                                      self.group_norm.bias, self.scale)]
+            return {"v3": lambda: self._forward_v3(*t, None, tf32), "v2": lambda: self._forward_v1_v2(*t, None, tf32)}
 
-        return helpers.auto_path(key, {"v3": lambda: self._forward_v3(*tensors(), None, tf32),
-                                       "v2": lambda: self._forward_v1_v2(*tensors(), None, tf32)},
+        return helpers.auto_path(key, candidates,
                                  conv_bytes=4 * x.shape[0] * self.conv.out_channels * h * w,
                                  cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
                                  # no sample, or a pool window forward refuses

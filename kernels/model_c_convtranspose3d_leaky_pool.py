@@ -41,7 +41,6 @@ at the KernelBench size (256 MiB). ``ModelNew.path(x)`` says which variant runs 
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -281,12 +280,11 @@ class ModelNew(nn.Module):
         conv_size = conv_output_size(x.shape[2:], cfg)
         key = ("model C", tuple(x.shape), tuple(cfg.items()), x.device.index)
         ct = self.conv_transpose
-        @functools.cache  # detached once, and only when a key is first measured
-        def tensors():
-            return [t.detach() for t in (x.contiguous(), ct.weight, ct.bias, self.multiplier)]
+        def candidates():  # built only while this key's answer is not known
+            t = [v.detach() for v in (x.contiguous(), ct.weight, ct.bias, self.multiplier)]
+            return {p: lambda p=p: _fused(*t, {**cfg, "path": p, "out": None}) for p in ("v3", "v2")}
 
-        return helpers.auto_path(key, {v: lambda v=v: _fused(*tensors(), {**cfg, "path": v, "out": None})
-                                       for v in ("v3", "v2")},
+        return helpers.auto_path(key, candidates,
                                  conv_bytes=4 * x.shape[0] * cfg["out_channels"] * math.prod(conv_size),
                                  cap_bytes=AUTO_MEASURE_MAX_CONV_BYTES,
                                  # no sample, or a pool window forward refuses

@@ -355,7 +355,8 @@ def test_fastest_without_gpu_returns_the_default_unmeasured():
 
 def test_auto_path_untimed_cases_keep_the_default_and_run_nothing():
     ran = []
-    candidates = {"v3": lambda: ran.append("v3"), "v1": lambda: ran.append("v1")}
+    def candidates():
+        return {"v3": lambda: ran.append("v3"), "v1": lambda: ran.append("v1")}
     over = helpers.auto_path(("cpu auto_path", 1), candidates, conv_bytes=3 * 2**20 + 1, cap_bytes=3 * 2**20)
     assert over == "v3 (auto: v1's conv output would take 3.0 MiB, over 3 MiB: not measured)"
     none = helpers.auto_path(("cpu auto_path", 2), candidates, conv_bytes=0, cap_bytes=3 * 2**20, measurable=False)
@@ -366,9 +367,37 @@ def test_auto_path_untimed_cases_keep_the_default_and_run_nothing():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
 def test_auto_path_without_gpu_says_it_did_not_measure():
     ran = []
-    path = helpers.auto_path(("cpu auto_path", 3), {"v3": lambda: ran.append("v3"), "v2": lambda: ran.append("v2")},
-                             conv_bytes=1024, cap_bytes=2**20)
-    assert path.startswith("v3 (auto: not measured: no GPU") and ran == []
+    built = []
+    def candidates():
+        built.append(True)
+        return {"v3": lambda: ran.append("v3"), "v2": lambda: ran.append("v2")}
+    for _ in range(2):  # not remembered: a later forward with a GPU would measure
+        path = helpers.auto_path(("cpu auto_path", 3), candidates, conv_bytes=1024, cap_bytes=2**20)
+        assert path.startswith("v3 (auto: not measured: no GPU") and ran == []
+    assert len(built) == 2
+
+
+def test_auto_path_remembers_its_answer_and_builds_the_candidates_once(monkeypatch):
+    built, key = [], ("cpu auto_path", 4)
+    def candidates():
+        built.append(True)
+        return {"v3": lambda: None, "v1": lambda: None}
+    def measured(k, mapping):  # stands in for fastest(): remembers a measurement as it does
+        assert list(mapping) == ["v3", "v1"]
+        helpers._FASTEST[k] = ("v1", {"v3": 0.02, "v1": 0.01})
+        return helpers._FASTEST[k]
+    monkeypatch.setattr(helpers, "fastest", measured)
+    try:
+        first = helpers.auto_path(key, candidates, conv_bytes=1024, cap_bytes=2**20)
+        assert first == "v1 (auto: measured v3 20.0 us, v1 10.0 us)" and len(built) == 1
+        assert helpers.auto_path(key, candidates, conv_bytes=1024, cap_bytes=2**20) == first and len(built) == 1
+        over = helpers.auto_path(key, candidates, conv_bytes=2**21, cap_bytes=2**20)  # another question
+        assert over.startswith("v3 (auto: v1's conv output would take 2.0 MiB") and len(built) == 2
+        assert helpers.auto_path(key, candidates, conv_bytes=2**21, cap_bytes=2**20) == over and len(built) == 2
+        helpers._FASTEST.pop(key)  # a forgotten measurement is taken again
+        assert helpers.auto_path(key, candidates, conv_bytes=1024, cap_bytes=2**20) == first and len(built) == 3
+    finally:
+        helpers._FASTEST.pop(key, None)
 
 
 def test_check_kernelbench_allclose_names_every_wrong_output():
